@@ -1,0 +1,50 @@
+# pgjobq: PGXS for the extension, plus the project's own targets.
+#
+#   make install   install the extension into PostgreSQL (PG_CONFIG=... to choose)
+#   make test      install what is missing, then run the whole test suite
+#   make demo      a throwaway PostgreSQL, 1,000 jobs, 4 workers, a live view
+#   make lint      ruff and mypy
+
+EXTENSION  = pgjobq
+EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
+DATA       = $(wildcard sql/$(EXTENSION)--*.sql)
+
+# Debian's server pg_config first: /usr/bin/pg_config (libpq-dev) may not know PGXS.
+PG_CONFIG ?= $(firstword $(wildcard /usr/lib/postgresql/*/bin/pg_config) pg_config)
+PGXS      := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+
+# On a fresh machine PGXS appears only after `make deps`; the project's
+# targets call $(MAKE) install again once it is there.
+ifneq ($(wildcard $(PGXS)),)
+include $(PGXS)
+endif
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: deps venv test demo lint chaos
+
+deps:
+	@tools/ensure-deps
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: python/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e 'python[dev]'
+	touch $@
+
+test: deps venv
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(VENV)/bin/pytest
+
+demo: deps venv
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(PY) demo/demo.py
+
+lint: venv
+	$(VENV)/bin/ruff check python tests tools demo
+	$(VENV)/bin/ruff format --check python tests tools demo
+	$(VENV)/bin/mypy

@@ -1,0 +1,5 @@
+"""python -m pgjobq: the pgjobq command line."""
+
+from pgjobq._cli import main
+
+main()

@@ -1,0 +1,231 @@
+"""The pgjobq command line: worker, enqueue, stats, retry-failed, reap.
+
+Every option has an environment-variable twin (shown in --help).  Errors
+print one line and exit non-zero: 1 for a refused operation or an
+unreachable database, 2 for bad usage.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+import click
+import psycopg
+
+from pgjobq import _client
+from pgjobq._errors import Error
+from pgjobq._worker import Handler, Worker, WorkerSettings
+
+__all__ = ["main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _dsn_option(func: F) -> F:
+    return click.option(
+        "--dsn",
+        envvar="PGJOBQ_DSN",
+        show_envvar=True,
+        default="",
+        help="libpq connection string or URI; empty: the PG* environment (PGHOST, PGDATABASE, ...).",
+    )(func)
+
+
+def _queue_option(func: F) -> F:
+    return click.option(
+        "--queue", envvar="PGJOBQ_QUEUE", show_envvar=True, default="default", show_default=True,
+        help="Queue name.",
+    )(func)  # fmt: skip
+
+
+@contextmanager
+def _connection(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection for one CLI command; database and pgjobq errors become one-line CLI errors."""
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            yield conn
+    except Error as exc:
+        raise click.ClickException(str(exc)) from exc
+    except psycopg.Error as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise click.ClickException(f"database error: {message}") from exc
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="pgjobq-py", prog_name="pgjobq")
+def main() -> None:
+    """pgjobq: run and manage jobs of the PostgreSQL job queue (extension pgjobq)."""
+
+
+def load_handler(spec: str) -> Handler:
+    """MODULE:FUNCTION -> the function; the current directory is importable."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise click.BadParameter(f"expected MODULE:FUNCTION, got {spec!r}", param_hint="HANDLER")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="HANDLER") from exc
+    handler = getattr(module, attribute, None)
+    if not callable(handler):
+        raise click.BadParameter(f"{module_name!r} has no callable {attribute!r}", param_hint="HANDLER")
+    return handler  # type: ignore[no-any-return]
+
+
+@main.command()
+@click.argument("handler", metavar="MODULE:FUNCTION")
+@_dsn_option
+@_queue_option
+@click.option("--batch", envvar="PGJOBQ_BATCH", show_envvar=True, type=int, default=10, show_default=True,
+              help="Jobs claimed per round trip.")
+@click.option("--concurrency", envvar="PGJOBQ_CONCURRENCY", show_envvar=True, type=int, default=1,
+              show_default=True, help="Handlers running at once (threads).")
+@click.option("--burst", envvar="PGJOBQ_BURST", show_envvar=True, is_flag=True,
+              help="Exit once the queue has no runnable job.")
+@click.option("--poll-interval", envvar="PGJOBQ_POLL_INTERVAL", show_envvar=True, type=float, default=1.0,
+              show_default=True, help="Seconds between polls when no notification arrives.")
+@click.option("--lease-timeout", envvar="PGJOBQ_LEASE_TIMEOUT", show_envvar=True, type=float, default=60.0,
+              show_default=True, help="Seconds after which a running job without heartbeat is reaped.")
+@click.option("--heartbeat-interval", envvar="PGJOBQ_HEARTBEAT_INTERVAL", show_envvar=True, type=float,
+              default=None, help="Seconds between heartbeats of jobs in hand [default: lease timeout / 4].")
+@click.option("--reap-interval", envvar="PGJOBQ_REAP_INTERVAL", show_envvar=True, type=float, default=10.0,
+              show_default=True, help="Seconds between runs of jobq.reap.")
+@click.option("--listen/--no-listen", envvar="PGJOBQ_LISTEN", show_envvar=True, default=True,
+              show_default=True, help="Wake on NOTIFY (polling always runs underneath).")
+@click.option("--name", envvar="PGJOBQ_WORKER_NAME", show_envvar=True, default=None,
+              help="Worker name recorded in locked_by [default: host:pid].")
+@click.option("--log-level", envvar="PGJOBQ_LOG_LEVEL", show_envvar=True, default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def worker(
+    handler: str,
+    dsn: str,
+    queue: str,
+    batch: int,
+    concurrency: int,
+    burst: bool,
+    poll_interval: float,
+    lease_timeout: float,
+    heartbeat_interval: float | None,
+    reap_interval: float,
+    listen: bool,
+    name: str | None,
+    log_level: str,
+) -> None:
+    """Run MODULE:FUNCTION on each job of a queue until SIGTERM/SIGINT (or --burst).
+
+    The function gets one Job (id, queue, payload, attempts, max_attempts);
+    returning completes the job, raising fails it with the exception's message.
+    """  # fmt: skip
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    function = load_handler(handler)
+    options: dict[str, Any] = {"name": name} if name else {}
+    try:
+        settings = WorkerSettings(
+            queue=queue, batch=batch, concurrency=concurrency, poll_interval=poll_interval,
+            lease_timeout=lease_timeout, heartbeat_interval=heartbeat_interval,
+            reap_interval=reap_interval, listen=listen, burst=burst, **options,
+        )  # fmt: skip
+        Worker(dsn, function, settings).run()
+    except Error as exc:
+        raise click.ClickException(str(exc)) from exc
+    except psycopg.Error as exc:
+        raise click.ClickException(f"database error: {str(exc).strip().splitlines()[0]}") from exc
+
+
+@main.command()
+@click.argument("queue")
+@click.argument("payload", metavar="JSON")
+@_dsn_option
+@click.option("--priority", envvar="PGJOBQ_PRIORITY", show_envvar=True, type=int, default=0, show_default=True,
+              help="Higher runs first.")
+@click.option("--delay", envvar="PGJOBQ_DELAY", show_envvar=True, type=float, default=0.0, show_default=True,
+              help="Seconds before the job may run.")
+@click.option("--max-attempts", envvar="PGJOBQ_MAX_ATTEMPTS", show_envvar=True, type=int, default=3,
+              show_default=True, help="Attempts before the job is failed for good.")
+def enqueue(queue: str, payload: str, dsn: str, priority: int, delay: float, max_attempts: int) -> None:
+    """Enqueue one job with a JSON object as payload; print its id."""  # fmt: skip
+    try:
+        document = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="JSON") from exc
+    if not isinstance(document, dict):
+        raise click.BadParameter("the payload must be a JSON object", param_hint="JSON")
+    run_at = datetime.now(timezone.utc) + timedelta(seconds=delay) if delay else None
+    with _connection(dsn) as conn:
+        job_id = _client.enqueue(
+            conn, queue, document, priority=priority, run_at=run_at, max_attempts=max_attempts
+        )
+    click.echo(job_id)
+
+
+@main.command()
+@_dsn_option
+@click.option("--json", "as_json", envvar="PGJOBQ_JSON", show_envvar=True, is_flag=True,
+              help="Print JSON instead of a table.")
+def stats(dsn: str, as_json: bool) -> None:
+    """Jobs per queue and status, and the wait of the oldest runnable job."""  # fmt: skip
+    with _connection(dsn) as conn:
+        rows = _client.stats(conn)
+    if as_json:
+        click.echo(json.dumps([_stats_dict(row) for row in rows], indent=2))
+        return
+    header = ("queue", "queued", "runnable", "running", "done", "failed", "oldest wait")
+    table = [header] + [
+        (r.queue, *(str(v) for v in (r.queued, r.runnable, r.running, r.done, r.failed)), _age(r.oldest_queued_age))
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        click.echo("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                             enumerate(zip(line, widths, strict=True))).rstrip())  # fmt: skip
+
+
+def _age(age: timedelta | None) -> str:
+    return "-" if age is None else f"{age.total_seconds():.1f}s"
+
+
+def _stats_dict(row: _client.QueueStats) -> dict[str, object]:
+    age = row.oldest_queued_age
+    return {
+        "queue": row.queue, "queued": row.queued, "runnable": row.runnable, "running": row.running,
+        "done": row.done, "failed": row.failed,
+        "oldest_queued_age_seconds": None if age is None else age.total_seconds(),
+    }  # fmt: skip
+
+
+@main.command("retry-failed")
+@_dsn_option
+@click.option("--queue", envvar="PGJOBQ_QUEUE", show_envvar=True, default=None,
+              help="Only this queue [default: every queue].")
+@click.option("--id", "ids", envvar="PGJOBQ_IDS", show_envvar=True, type=int, multiple=True,
+              help="Only this job id (repeatable; the variable takes ids separated by spaces).")
+def retry_failed(dsn: str, queue: str | None, ids: tuple[int, ...]) -> None:
+    """Put failed jobs (the dead letters) back in their queue with attempts reset."""  # fmt: skip
+    with _connection(dsn) as conn:
+        redriven = _client.retry_failed(conn, queue, list(ids) if ids else None)
+    click.echo(f"{len(redriven)} job(s) back in the queue")
+
+
+@main.command()
+@_dsn_option
+@click.option("--stale", envvar="PGJOBQ_STALE", show_envvar=True, type=float, default=60.0, show_default=True,
+              help="Seconds after which a running job's lease is stale.")
+def reap(dsn: str, stale: float) -> None:
+    """Recover running jobs whose lease went stale (normally the workers do this)."""  # fmt: skip
+    if stale <= 0:
+        raise click.BadParameter("must be positive", param_hint="--stale")
+    with _connection(dsn) as conn:
+        reaped = _client.reap(conn, timedelta(seconds=stale))
+    click.echo(f"{len(reaped)} job(s) recovered")

@@ -1,0 +1,25 @@
+"""The named SQL statements of queries.sql, loaded once."""
+
+from __future__ import annotations
+
+import functools
+import re
+from importlib import resources
+from typing import LiteralString
+
+__all__ = ["query"]
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@functools.cache
+def _load() -> dict[str, str]:
+    text = resources.files("pgjobq").joinpath("queries.sql").read_text(encoding="utf-8")
+    parts = _NAME.split(text)
+    # parts: [preamble, name1, body1, name2, body2, ...]
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def query(name: str) -> LiteralString:
+    """The statement called name in queries.sql (a constant of the package, never user input)."""
+    return _load()[name]  # type checkers read LiteralString as str; these are package constants

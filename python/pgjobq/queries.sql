@@ -1,0 +1,44 @@
+-- The statements the Python client sends.  Each starts with "-- name: NAME";
+-- pgjobq._queries loads them.  All queue logic lives in the extension: these
+-- only call its functions.
+
+-- name: enqueue
+SELECT jobq.enqueue(%(queue)s, %(payload)s::jsonb, priority => %(priority)s,
+                    run_at => coalesce(%(run_at)s::timestamptz, now()),
+                    max_attempts => %(max_attempts)s)
+
+-- name: enqueue_many
+SELECT jobq.enqueue_many(%(queue)s, %(payloads)s::jsonb[], priority => %(priority)s,
+                         run_at => coalesce(%(run_at)s::timestamptz, now()),
+                         max_attempts => %(max_attempts)s)
+
+-- name: claim
+SELECT id, queue, payload, priority, attempts, max_attempts, lease
+  FROM jobq.claim(%(queue)s, %(n)s, %(worker)s)
+
+-- name: complete
+SELECT jobq.complete(%(id)s, %(lease)s)
+
+-- name: complete_many
+SELECT id FROM jobq.complete_many(%(ids)s::bigint[], %(leases)s::bigint[]) AS id
+
+-- name: fail
+SELECT status, run_at FROM jobq.fail(%(id)s, %(error)s, %(lease)s)
+
+-- name: heartbeat
+SELECT jobq.heartbeat(%(id)s, %(lease)s)
+
+-- name: reap
+SELECT id, queue, status FROM jobq.reap(%(stale)s::interval)
+
+-- name: retry_failed
+SELECT id FROM jobq.retry_failed(%(queue)s, %(ids)s::bigint[]) AS id
+
+-- name: stats
+SELECT queue, queued, runnable, running, done, failed, oldest_queued_age FROM jobq.stats()
+
+-- name: channel
+SELECT jobq.channel(%(queue)s)
+
+-- name: release
+SELECT jobq.release(%(id)s, %(lease)s)

@@ -1,0 +1,236 @@
+"""A throwaway PostgreSQL server for tests, the demo and benchmarks.
+
+It runs initdb and pg_ctl from the Debian packages in a folder it owns,
+listens on 127.0.0.1 at a free port with trust authentication, and is removed
+on exit.  PostgreSQL refuses to run as root, so when this process is root the
+server runs as an unprivileged user (``postgres`` when it exists, else
+``nobody``) that owns the data folder; callers never see the difference.
+
+Command line (used by the Makefile)::
+
+    python tools/throwaway_pg.py --help
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+
+__all__ = ["ThrowawayPostgres", "find_bindir", "server_user"]
+
+SUPERUSER = "postgres"
+
+# Settings for every throwaway server: loopback only, enough connections for
+# the worker-process tests, quiet logs.
+BASE_SETTINGS: Mapping[str, str] = {
+    "listen_addresses": "'127.0.0.1'",
+    "max_connections": "200",
+    "log_min_messages": "warning",
+    "log_line_prefix": "'%m [%p] '",
+}
+
+# For tests only: no fsync.  Safe against a PostgreSQL crash (the OS keeps
+# the writes), unlike synchronous_commit = off, which would lose commits.
+FAST_SETTINGS: Mapping[str, str] = {"fsync": "off", "full_page_writes": "off"}
+
+
+def find_bindir() -> Path:
+    """The bin folder of the newest installed PostgreSQL server, or PGJOBQ_PG_BINDIR."""
+    override = os.environ.get("PGJOBQ_PG_BINDIR")
+    if override:
+        return Path(override)
+    candidates = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/postgres"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
+    if not candidates:
+        found = shutil.which("postgres")
+        if found is None:
+            raise RuntimeError(
+                "no PostgreSQL server found: install postgresql-15 (make deps) or set PGJOBQ_PG_BINDIR"
+            )
+        return Path(found).resolve().parent
+    return candidates[-1].parent
+
+
+def server_user() -> pwd.struct_passwd | None:
+    """The account the server runs as: None (this one) unless we are root."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(name)
+    raise RuntimeError("running as root and neither 'postgres' nor 'nobody' exists")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ThrowawayPostgres:
+    """A PostgreSQL cluster in a folder of its own, started and removed by us.
+
+    ``settings`` are appended to postgresql.conf; ``fast=True`` adds
+    FAST_SETTINGS (for tests).
+    """
+
+    def __init__(
+        self,
+        base_dir: Path | None = None,
+        *,
+        port: int | None = None,
+        settings: Mapping[str, str] | None = None,
+        fast: bool = False,
+        keep: bool = False,
+    ) -> None:
+        self._own_base = base_dir is None
+        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="pgjobq-pg-"))
+        self.data_dir = self.base_dir / "data"
+        self.log_file = self.base_dir / "server.log"
+        self.port = port or free_port()
+        self.host = "127.0.0.1"
+        self.user = SUPERUSER
+        self.bindir = find_bindir()
+        self.settings = {**BASE_SETTINGS, **(FAST_SETTINGS if fast else {}), **(settings or {})}
+        self.keep = keep
+        self._account = server_user()
+
+    # -- connection details -------------------------------------------------
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"host={self.host} port={self.port} user={self.user} dbname={dbname}"
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run a server program as the server's account."""
+        account = self._account
+        return subprocess.run(
+            args,
+            check=check,
+            cwd=self.base_dir,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"},
+            user=account.pw_uid if account else None,
+            group=account.pw_gid if account else None,
+            extra_groups=[] if account else None,
+        )
+
+    def _prepare_dir(self) -> None:
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        if self._account is not None:
+            os.chown(self.base_dir, self._account.pw_uid, self._account.pw_gid)
+            self.log_file.touch()
+            os.chown(self.log_file, self._account.pw_uid, self._account.pw_gid)
+        self.base_dir.chmod(0o755)
+
+    def init(self) -> None:
+        """Create the cluster (initdb) and write its settings."""
+        self._prepare_dir()
+        self._run(
+            str(self.bindir / "initdb"),
+            "-D", str(self.data_dir),
+            "-U", SUPERUSER,
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-sync",
+            "--no-instructions",
+        )  # fmt: skip
+        settings = dict(self.settings, port=str(self.port), unix_socket_directories=f"'{self.base_dir}'")
+        conf = "".join(f"{key} = {value}\n" for key, value in settings.items())
+        conf_path = self.data_dir / "postgresql.conf"
+        with conf_path.open("a") as handle:
+            handle.write("\n# pgjobq throwaway server\n" + conf)
+
+    def start(self) -> None:
+        """Start the server (initialising it first if needed) and wait until it accepts connections."""
+        if not (self.data_dir / "PG_VERSION").exists():
+            self.init()
+        result = self._run(
+            str(self.bindir / "pg_ctl"), "start", "-w", "-t", "60",
+            "-D", str(self.data_dir), "-l", str(self.log_file),
+            check=False,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise RuntimeError(f"PostgreSQL did not start:\n{result.stdout}{result.stderr}\n{self.log_tail()}")
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server: mode is smart, fast or immediate (pg_ctl -m)."""
+        self._run(str(self.bindir / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.data_dir), check=False)
+
+    def restart(self, mode: str = "fast") -> None:
+        self.stop(mode)
+        self.start()
+
+    def is_running(self) -> bool:
+        result = self._run(str(self.bindir / "pg_ctl"), "status", "-D", str(self.data_dir), check=False)
+        return result.returncode == 0
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def remove(self) -> None:
+        if self.is_running():
+            self.stop("immediate")
+        if not self.keep:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> ThrowawayPostgres:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.remove()
+
+
+@contextlib.contextmanager
+def running(**kwargs: object) -> Iterator[ThrowawayPostgres]:
+    server = ThrowawayPostgres(**kwargs)  # type: ignore[arg-type]
+    with server:
+        yield server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dir", type=Path, required=True, help="folder of the cluster")
+    parser.add_argument("--port", type=int, help="port (default: a free one, kept in DIR/port)")
+    parser.add_argument("action", choices=["start", "stop", "remove", "dsn"])
+    args = parser.parse_args()
+    port_file = args.dir / "port"
+    port = args.port or (int(port_file.read_text()) if port_file.exists() else None)
+    server = ThrowawayPostgres(args.dir, port=port, keep=True)
+    if args.action == "start":
+        server.start()
+        port_file.write_text(str(server.port))
+        print(server.dsn())
+    elif args.action == "stop":
+        server.stop()
+    elif args.action == "remove":
+        server.keep = False
+        server.remove()
+    else:
+        print(server.dsn())
+
+
+if __name__ == "__main__":
+    main()
