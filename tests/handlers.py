@@ -1,11 +1,13 @@
-"""Handlers run by worker processes in the tests (pgjobq worker handlers:NAME).
+"""Handlers run by worker processes in the tests (``pgjobq worker handlers:NAME``).
 
-Each records what it did in the test's database, through its own connection
-(PGJOBQ_DSN), so the test can check every execution.
+Each records its executions in the test's table ``executions`` through one
+connection per process (PGJOBQ_DSN), so a test can check every execution:
+which job, under which lease, in which process, and whether it finished.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -13,14 +15,34 @@ import psycopg
 
 from pgjobq import Job
 
-__all__ = ["fail_on_multiples_of_seven", "record", "sleep_then_record"]
+__all__ = [
+    "EXECUTIONS_DDL",
+    "fail_on_multiples_of_seven",
+    "record",
+    "sleep_then_record",
+    "slow_first_attempt",
+]
+
+EXECUTIONS_DDL = """
+CREATE TABLE executions (
+    job_id   bigint  NOT NULL,
+    lease    bigint  NOT NULL,
+    pid      integer NOT NULL,
+    finished boolean NOT NULL
+)
+"""
 
 
-def _record(job: Job) -> None:
-    with psycopg.connect(os.environ["PGJOBQ_DSN"], autocommit=True) as conn:
-        conn.execute(
-            "INSERT INTO executions (job_id, lease, pid) VALUES (%s, %s, %s)", (job.id, job.lease, os.getpid())
-        )
+@functools.cache
+def _connection() -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(os.environ["PGJOBQ_DSN"], autocommit=True)
+
+
+def _record(job: Job, *, finished: bool = True) -> None:
+    _connection().execute(
+        "INSERT INTO executions (job_id, lease, pid, finished) VALUES (%s, %s, %s, %s)",
+        (job.id, job.lease, os.getpid(), finished),
+    )
 
 
 def record(job: Job) -> None:
@@ -29,8 +51,17 @@ def record(job: Job) -> None:
 
 
 def sleep_then_record(job: Job) -> None:
-    """Sleeps payload["sleep"] seconds (default 0), then records the execution."""
+    """Records the start, sleeps payload["sleep"] seconds, then records the finish."""
+    _record(job, finished=False)
     time.sleep(float(job.payload.get("sleep", 0)))
+    _record(job)
+
+
+def slow_first_attempt(job: Job) -> None:
+    """Like sleep_then_record, but only the first attempt sleeps (a crash victim's job)."""
+    _record(job, finished=False)
+    if job.attempts == 1:
+        time.sleep(float(job.payload.get("sleep", 0)))
     _record(job)
 
 

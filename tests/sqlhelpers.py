@@ -33,7 +33,10 @@ def scalar(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any
 
 
 def enqueue(
-    conn: psycopg.Connection[Any], queue: str = "default", payload: dict[str, Any] | None = None, **options: Any
+    conn: psycopg.Connection[Any],
+    queue: str = "default",
+    payload: dict[str, Any] | None = None,
+    **options: Any,
 ) -> int:
     """jobq.enqueue(queue, payload, <options by name>); returns the new id."""
     named = "".join(f", {name} => %({name})s" for name in options)
@@ -72,9 +75,7 @@ def make_stale(db: Db, job_id: int, age: str = "10 minutes") -> None:
 
 def table_fingerprint(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     """Row count and a checksum of every column of every job: equal means unchanged."""
-    row = conn.execute(
-        "SELECT count(*), coalesce(sum(hashtext(j::text)), 0) FROM jobq.jobs AS j"
-    ).fetchone()
+    row = conn.execute("SELECT count(*), coalesce(sum(hashtext(j::text)), 0) FROM jobq.jobs AS j").fetchone()
     assert row is not None
     values = list(row.values()) if isinstance(row, dict) else list(row)
     return int(values[0]), int(values[1])

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
-__all__ = ["TESTS", "pgjobq_command", "process_env", "run_cli"]
+__all__ = ["TESTS", "WorkerProcess", "pgjobq_command", "process_env", "run_cli", "wait_until"]
 
 TESTS = Path(__file__).resolve().parent
 
@@ -35,3 +38,47 @@ def run_cli(dsn: str, *args: str, timeout: float = 60, **env: str) -> subprocess
         timeout=timeout,
         check=False,
     )
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30, interval: float = 0.05) -> bool:
+    """Poll condition until it holds (True) or timeout passes (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+class WorkerProcess:
+    """A real `pgjobq worker` process whose log goes to a file."""
+
+    def __init__(self, dsn: str, handler: str, *args: str, log: Path, **env: str) -> None:
+        self.log_path = log
+        self._log: IO[str] = log.open("w")
+        self.process = subprocess.Popen(
+            pgjobq_command("worker", f"handlers:{handler}", "--log-level", "DEBUG", *args),
+            env=process_env(dsn, **env),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text()
+
+    def wait(self, timeout: float = 60) -> int:
+        try:
+            return self.process.wait(timeout)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.wait()

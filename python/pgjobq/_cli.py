@@ -86,26 +86,89 @@ def load_handler(spec: str) -> Handler:
 @click.argument("handler", metavar="MODULE:FUNCTION")
 @_dsn_option
 @_queue_option
-@click.option("--batch", envvar="PGJOBQ_BATCH", show_envvar=True, type=int, default=10, show_default=True,
-              help="Jobs claimed per round trip.")
-@click.option("--concurrency", envvar="PGJOBQ_CONCURRENCY", show_envvar=True, type=int, default=1,
-              show_default=True, help="Handlers running at once (threads).")
-@click.option("--burst", envvar="PGJOBQ_BURST", show_envvar=True, is_flag=True,
-              help="Exit once the queue has no runnable job.")
-@click.option("--poll-interval", envvar="PGJOBQ_POLL_INTERVAL", show_envvar=True, type=float, default=1.0,
-              show_default=True, help="Seconds between polls when no notification arrives.")
-@click.option("--lease-timeout", envvar="PGJOBQ_LEASE_TIMEOUT", show_envvar=True, type=float, default=60.0,
-              show_default=True, help="Seconds after which a running job without heartbeat is reaped.")
-@click.option("--heartbeat-interval", envvar="PGJOBQ_HEARTBEAT_INTERVAL", show_envvar=True, type=float,
-              default=None, help="Seconds between heartbeats of jobs in hand [default: lease timeout / 4].")
-@click.option("--reap-interval", envvar="PGJOBQ_REAP_INTERVAL", show_envvar=True, type=float, default=10.0,
-              show_default=True, help="Seconds between runs of jobq.reap.")
-@click.option("--listen/--no-listen", envvar="PGJOBQ_LISTEN", show_envvar=True, default=True,
-              show_default=True, help="Wake on NOTIFY (polling always runs underneath).")
-@click.option("--name", envvar="PGJOBQ_WORKER_NAME", show_envvar=True, default=None,
-              help="Worker name recorded in locked_by [default: host:pid].")
-@click.option("--log-level", envvar="PGJOBQ_LOG_LEVEL", show_envvar=True, default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@click.option(
+    "--batch",
+    envvar="PGJOBQ_BATCH",
+    show_envvar=True,
+    type=int,
+    default=10,
+    show_default=True,
+    help="Jobs claimed per round trip.",
+)
+@click.option(
+    "--concurrency",
+    envvar="PGJOBQ_CONCURRENCY",
+    show_envvar=True,
+    type=int,
+    default=1,
+    show_default=True,
+    help="Handlers running at once (threads).",
+)
+@click.option(
+    "--burst",
+    envvar="PGJOBQ_BURST",
+    show_envvar=True,
+    is_flag=True,
+    help="Exit once the queue has no runnable job.",
+)
+@click.option(
+    "--poll-interval",
+    envvar="PGJOBQ_POLL_INTERVAL",
+    show_envvar=True,
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds between polls when no notification arrives.",
+)
+@click.option(
+    "--lease-timeout",
+    envvar="PGJOBQ_LEASE_TIMEOUT",
+    show_envvar=True,
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds after which a running job without heartbeat is reaped.",
+)
+@click.option(
+    "--heartbeat-interval",
+    envvar="PGJOBQ_HEARTBEAT_INTERVAL",
+    show_envvar=True,
+    type=float,
+    default=None,
+    help="Seconds between heartbeats of jobs in hand [default: lease timeout / 4].",
+)
+@click.option(
+    "--reap-interval",
+    envvar="PGJOBQ_REAP_INTERVAL",
+    show_envvar=True,
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds between runs of jobq.reap.",
+)
+@click.option(
+    "--listen/--no-listen",
+    envvar="PGJOBQ_LISTEN",
+    show_envvar=True,
+    default=True,
+    show_default=True,
+    help="Wake on NOTIFY (polling always runs underneath).",
+)
+@click.option(
+    "--name",
+    envvar="PGJOBQ_WORKER_NAME",
+    show_envvar=True,
+    default=None,
+    help="Worker name recorded in locked_by [default: host:pid].",
+)
+@click.option(
+    "--log-level",
+    envvar="PGJOBQ_LOG_LEVEL",
+    show_envvar=True,
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
 def worker(
     handler: str,
     dsn: str,
@@ -148,12 +211,33 @@ def worker(
 @click.argument("queue")
 @click.argument("payload", metavar="JSON")
 @_dsn_option
-@click.option("--priority", envvar="PGJOBQ_PRIORITY", show_envvar=True, type=int, default=0, show_default=True,
-              help="Higher runs first.")
-@click.option("--delay", envvar="PGJOBQ_DELAY", show_envvar=True, type=float, default=0.0, show_default=True,
-              help="Seconds before the job may run.")
-@click.option("--max-attempts", envvar="PGJOBQ_MAX_ATTEMPTS", show_envvar=True, type=int, default=3,
-              show_default=True, help="Attempts before the job is failed for good.")
+@click.option(
+    "--priority",
+    envvar="PGJOBQ_PRIORITY",
+    show_envvar=True,
+    type=int,
+    default=0,
+    show_default=True,
+    help="Higher runs first.",
+)
+@click.option(
+    "--delay",
+    envvar="PGJOBQ_DELAY",
+    show_envvar=True,
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Seconds before the job may run.",
+)
+@click.option(
+    "--max-attempts",
+    envvar="PGJOBQ_MAX_ATTEMPTS",
+    show_envvar=True,
+    type=int,
+    default=3,
+    show_default=True,
+    help="Attempts before the job is failed for good.",
+)
 def enqueue(queue: str, payload: str, dsn: str, priority: int, delay: float, max_attempts: int) -> None:
     """Enqueue one job with a JSON object as payload; print its id."""  # fmt: skip
     try:
@@ -172,8 +256,14 @@ def enqueue(queue: str, payload: str, dsn: str, priority: int, delay: float, max
 
 @main.command()
 @_dsn_option
-@click.option("--json", "as_json", envvar="PGJOBQ_JSON", show_envvar=True, is_flag=True,
-              help="Print JSON instead of a table.")
+@click.option(
+    "--json",
+    "as_json",
+    envvar="PGJOBQ_JSON",
+    show_envvar=True,
+    is_flag=True,
+    help="Print JSON instead of a table.",
+)
 def stats(dsn: str, as_json: bool) -> None:
     """Jobs per queue and status, and the wait of the oldest runnable job."""  # fmt: skip
     with _connection(dsn) as conn:
@@ -183,7 +273,11 @@ def stats(dsn: str, as_json: bool) -> None:
         return
     header = ("queue", "queued", "runnable", "running", "done", "failed", "oldest wait")
     table = [header] + [
-        (r.queue, *(str(v) for v in (r.queued, r.runnable, r.running, r.done, r.failed)), _age(r.oldest_queued_age))
+        (
+            r.queue,
+            *(str(v) for v in (r.queued, r.runnable, r.running, r.done, r.failed)),
+            _age(r.oldest_queued_age),
+        )
         for r in rows
     ]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
@@ -207,10 +301,22 @@ def _stats_dict(row: _client.QueueStats) -> dict[str, object]:
 
 @main.command("retry-failed")
 @_dsn_option
-@click.option("--queue", envvar="PGJOBQ_QUEUE", show_envvar=True, default=None,
-              help="Only this queue [default: every queue].")
-@click.option("--id", "ids", envvar="PGJOBQ_IDS", show_envvar=True, type=int, multiple=True,
-              help="Only this job id (repeatable; the variable takes ids separated by spaces).")
+@click.option(
+    "--queue",
+    envvar="PGJOBQ_QUEUE",
+    show_envvar=True,
+    default=None,
+    help="Only this queue [default: every queue].",
+)
+@click.option(
+    "--id",
+    "ids",
+    envvar="PGJOBQ_IDS",
+    show_envvar=True,
+    type=int,
+    multiple=True,
+    help="Only this job id (repeatable; the variable takes ids separated by spaces).",
+)
 def retry_failed(dsn: str, queue: str | None, ids: tuple[int, ...]) -> None:
     """Put failed jobs (the dead letters) back in their queue with attempts reset."""  # fmt: skip
     with _connection(dsn) as conn:
@@ -220,8 +326,15 @@ def retry_failed(dsn: str, queue: str | None, ids: tuple[int, ...]) -> None:
 
 @main.command()
 @_dsn_option
-@click.option("--stale", envvar="PGJOBQ_STALE", show_envvar=True, type=float, default=60.0, show_default=True,
-              help="Seconds after which a running job's lease is stale.")
+@click.option(
+    "--stale",
+    envvar="PGJOBQ_STALE",
+    show_envvar=True,
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds after which a running job's lease is stale.",
+)
 def reap(dsn: str, stale: float) -> None:
     """Recover running jobs whose lease went stale (normally the workers do this)."""  # fmt: skip
     if stale <= 0:

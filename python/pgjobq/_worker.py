@@ -107,38 +107,39 @@ class WorkerSettings:
 
 
 @dataclass
-class _Held:
-    """A job in hand: claimed by us, not yet acknowledged."""
+class _Running:
+    """A job handed to a handler thread, not yet acknowledged."""
 
     job: Job
     future: Future[BaseException | None]
-    started: float = field(default_factory=time.monotonic)
 
 
 class Worker:
     """Runs ``handler`` on the jobs of one queue.  See the module docstring.
 
     ``conninfo`` is a libpq connection string ("" uses the PG* environment).
-    A handler returns normally to complete its job; any exception fails it
-    with ``"<ExceptionType>: <message>"``.
+    A handler returns normally to complete its job; any exception (even
+    SystemExit) fails it with ``"<ExceptionType>: <message>"``.
     """
 
     def __init__(self, conninfo: str, handler: Handler, settings: WorkerSettings | None = None) -> None:
         self.conninfo = conninfo
         self.handler = handler
         self.settings = settings or WorkerSettings()
+        self.processed = 0
         self._stop = threading.Event()
+        self._stop_requests = 0
         self._conn: psycopg.Connection[Any] | None = None
         self._listen_conn: psycopg.Connection[Any] | None = None
-        self._held: dict[int, _Held] = {}
-        # filled by handler threads (deque appends are thread-safe), drained by the loop
-        self._finished: deque[tuple[_Held, BaseException | None]] = deque()
-        self._stop_requests = 0
         self._pool: ThreadPoolExecutor | None = None
+        # Jobs in hand.  Only the loop's thread touches _backlog and _running;
+        # handler threads append to _finished (deque appends are thread-safe).
+        self._backlog: deque[Job] = deque()  # claimed, not started: handed back on stop
+        self._running: dict[int, _Running] = {}
+        self._finished: deque[tuple[Job, BaseException | None]] = deque()
         self._next_heartbeat = 0.0
         self._next_reap = 0.0
-        self._queue_empty = False
-        self.processed = 0
+        self._drained = False  # burst mode: the queue had no runnable job
 
     # -- public API -----------------------------------------------------------
 
@@ -162,9 +163,9 @@ class Worker:
         try:
             self._work()
         finally:
-            abandoned = self._stop_requests > 1 and bool(self._held)
+            abandoned = len(self._running) + len(self._backlog)
             if abandoned:
-                logger.warning("abandoning %d job(s) in hand; the reaper will recover them", len(self._held))
+                logger.warning("abandoning %d job(s) in hand; the reaper will recover them", abandoned)
             self._pool.shutdown(wait=not abandoned, cancel_futures=True)
             self._disconnect()
             for signum, handler in previous.items():
@@ -173,11 +174,12 @@ class Worker:
 
     # -- the loop -------------------------------------------------------------
 
+    def _in_hand(self) -> bool:
+        return bool(self._backlog or self._running or self._finished)
+
     def _work(self) -> None:
         delay = 0.0
-        while self._stop_requests < 2 and (
-            self._held or self._finished or not (self.stopping or self._queue_empty)
-        ):
+        while self._stop_requests < 2 and (self._in_hand() or not (self.stopping or self._drained)):
             try:
                 self._connect()
                 delay = 0.0
@@ -192,7 +194,7 @@ class Worker:
     def _step(self) -> None:
         self._acknowledge()
         if self.stopping:
-            self._release_unstarted()
+            self._release_backlog()
         now = time.monotonic()
         if now >= self._next_heartbeat:
             self._heartbeat()
@@ -200,46 +202,48 @@ class Worker:
         if now >= self._next_reap:
             self._reap()
             self._next_reap = now + self.settings.reap_interval
-        if not self.stopping and len(self._held) < self.settings.concurrency and self._claim():
+        self._start_handlers()
+        idle_threads = len(self._running) < self.settings.concurrency
+        if not self.stopping and not self._drained and idle_threads and self._claim():
             return
-        if self._held:
+        if self._running:
             self._wait_for_handlers()
-        elif not self.stopping and not self._queue_empty:
+        elif not self.stopping and not self._drained:
             self._wait_for_work()
 
     def _claim(self) -> bool:
-        assert self._conn is not None and self._pool is not None
+        """Claim a batch into the backlog; False when the queue had nothing runnable."""
+        assert self._conn is not None
         jobs = _client.claim(self._conn, self.settings.queue, self.settings.batch, self.settings.name)
-        if not jobs:
-            if self.settings.burst and not self._held:
-                logger.info("queue %s has no runnable job: burst done", self.settings.queue)
-                self._queue_empty = True
-            return False
-        for job in jobs:
+        self._backlog.extend(jobs)
+        self._start_handlers()
+        if not jobs and self.settings.burst and not self._in_hand():
+            logger.info("queue %s has no runnable job: burst done", self.settings.queue)
+            self._drained = True
+        return bool(jobs)
+
+    def _start_handlers(self) -> None:
+        """Give backlog jobs to idle handler threads (never more: the rest stays ours to hand back)."""
+        assert self._pool is not None
+        while self._backlog and len(self._running) < self.settings.concurrency:
+            job = self._backlog.popleft()
             future = self._pool.submit(self._run_handler, job)
-            held = _Held(job, future)
-            self._held[job.id] = held
-            future.add_done_callback(self._on_handler_done(held))
-        return True
-
-    def _on_handler_done(self, held: _Held) -> Callable[[Future[BaseException | None]], None]:
-        def done(future: Future[BaseException | None]) -> None:
-            if not future.cancelled():
-                self._finished.append((held, future.result()))
-
-        return done
+            self._running[job.id] = _Running(job, future)
 
     def _run_handler(self, job: Job) -> BaseException | None:
         """Runs on a handler thread: the handler's exception, or None on success."""
         try:
             self.handler(job)
         except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
-            return exc
-        return None
+            outcome: BaseException | None = exc
+        else:
+            outcome = None
+        self._finished.append((job, outcome))
+        return outcome
 
     def _wait_for_handlers(self) -> None:
         timeout = max(0.0, min(self._next_heartbeat - time.monotonic(), self.settings.poll_interval))
-        wait([h.future for h in self._held.values()], timeout=timeout, return_when=FIRST_COMPLETED)
+        wait([r.future for r in self._running.values()], timeout=timeout, return_when=FIRST_COMPLETED)
 
     def _wait_for_work(self) -> None:
         """Sleep until a notification for our queue arrives or the poll interval passes."""
@@ -262,33 +266,32 @@ class Worker:
         the front of the line, to be sent after reconnecting.
         """
         assert self._conn is not None
-        pending: list[tuple[_Held, BaseException | None]] = []
+        pending: list[tuple[Job, BaseException | None]] = []
         while self._finished:
             pending.append(self._finished.popleft())
         try:
-            successes = [held for held, error in pending if error is None]
+            successes = [job for job, error in pending if error is None]
             if successes:
-                accepted = _client.complete_many(self._conn, [(h.job.id, h.job.lease) for h in successes])
-                for held in successes:
-                    self._forget(held)
-                    if held.job.id in accepted:
-                        logger.info("job %d done (attempt %d)", held.job.id, held.job.attempts)
+                accepted = _client.complete_many(self._conn, [(job.id, job.lease) for job in successes])
+                for job in successes:
+                    self._forget(job)
+                    if job.id in accepted:
+                        logger.info("job %d done (attempt %d)", job.id, job.attempts)
                     else:
-                        logger.warning("job %d: lease %d lost; result discarded", held.job.id, held.job.lease)
-                pending = [(held, error) for held, error in pending if error is not None]
+                        logger.warning("job %d: lease %d lost; result discarded", job.id, job.lease)
+                pending = [(job, error) for job, error in pending if error is not None]
             while pending:
-                held, error = pending[0]
+                job, error = pending[0]
                 assert error is not None
-                self._report_failure(held, error)
-                self._forget(held)
+                self._report_failure(job, error)
+                self._forget(job)
                 pending.pop(0)
         except psycopg.OperationalError:
             self._finished.extendleft(reversed(pending))
             raise
 
-    def _report_failure(self, held: _Held, error: BaseException) -> None:
+    def _report_failure(self, job: Job, error: BaseException) -> None:
         assert self._conn is not None
-        job = held.job
         message = f"{type(error).__name__}: {error}"
         try:
             status, run_at = _client.fail(self._conn, job.id, message, job.lease)
@@ -305,34 +308,34 @@ class Worker:
                 job.id, job.attempts, job.max_attempts, run_at.isoformat(timespec="seconds"), message,
             )  # fmt: skip
 
-    def _forget(self, held: _Held) -> None:
-        self._held.pop(held.job.id, None)
+    def _forget(self, job: Job) -> None:
+        self._running.pop(job.id, None)
         self.processed += 1
 
-    def _release_unstarted(self) -> None:
+    def _release_backlog(self) -> None:
         """Hand back the jobs claimed but not started: their attempt does not count."""
         assert self._conn is not None
-        for held in list(self._held.values()):
-            if held.future.cancel():
-                del self._held[held.job.id]
-                try:
-                    _client.release(self._conn, held.job.id, held.job.lease)
-                    logger.info("job %d handed back unstarted", held.job.id)
-                except LeaseLost:
-                    logger.warning("job %d: lease %d lost before hand-back", held.job.id, held.job.lease)
+        while self._backlog:
+            job = self._backlog[0]
+            try:
+                _client.release(self._conn, job.id, job.lease)
+                logger.info("job %d handed back unstarted", job.id)
+            except LeaseLost:
+                logger.warning("job %d: lease %d lost before hand-back", job.id, job.lease)
+            self._backlog.popleft()
 
     # -- keeping leases and recovering others' ------------------------------
 
     def _heartbeat(self) -> None:
+        """Extend the lease of every job in hand that is not finished."""
         assert self._conn is not None
-        for held in list(self._held.values()):
-            if held.future.done():
-                continue
+        unfinished = [r.job for r in self._running.values() if not r.future.done()] + list(self._backlog)
+        for job in unfinished:
             try:
-                _client.heartbeat(self._conn, held.job.id, held.job.lease)
+                _client.heartbeat(self._conn, job.id, job.lease)
             except LeaseLost:
-                logger.warning("job %d: lease %d lost while running; its result will be discarded",
-                               held.job.id, held.job.lease)  # fmt: skip
+                logger.warning("job %d: lease %d lost while in hand; its result will be discarded",
+                               job.id, job.lease)  # fmt: skip
 
     def _reap(self) -> None:
         assert self._conn is not None
@@ -370,7 +373,7 @@ class Worker:
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             if self.stopping:
-                logger.warning("still finishing %d job(s)", len(self._held))
+                logger.warning("second %s: giving up the jobs in hand", signal.Signals(signum).name)
             else:
                 logger.info("received %s: finishing jobs in hand", signal.Signals(signum).name)
             self.stop()

@@ -1,0 +1,316 @@
+"""The extension as installed: trusted install, comments, pinned search_path, privileges, dumps, plans."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.errors import Diagnostic
+from psycopg.rows import dict_row
+from sqlhelpers import Db, scalar
+from throwaway_pg import ThrowawayPostgres
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:8]}"
+
+
+@contextmanager
+def login_role(db: Db) -> Iterator[str]:
+    """A new non-superuser LOGIN role, dropped afterwards."""
+    role = unique_name("jobq_role")
+    db.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(role)))
+    try:
+        yield role
+    finally:
+        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@contextmanager
+def fresh_database(db: Db, owner: str | None = None) -> Iterator[str]:
+    """A new database from template0 (so without pgjobq), dropped afterwards."""
+    dbname = unique_name("jobq_db")
+    query = sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(dbname))
+    if owner is not None:
+        query += sql.SQL(" OWNER {}").format(sql.Identifier(owner))
+    db.execute(query)
+    try:
+        yield dbname
+    finally:
+        db.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
+
+
+def connect_as(
+    server: ThrowawayPostgres, dbname: str, user: str | None = None
+) -> psycopg.Connection[dict[str, Any]]:
+    return psycopg.connect(
+        host=server.host,
+        port=server.port,
+        user=user or server.user,
+        dbname=dbname,
+        autocommit=True,
+        row_factory=dict_row,
+    )
+
+
+# -- installing ---------------------------------------------------------------
+
+
+def test_a_database_owner_without_superuser_installs_and_uses_the_extension(
+    db: Db, pg_server: ThrowawayPostgres
+) -> None:
+    with login_role(db) as role, fresh_database(db, owner=role) as dbname:
+        with connect_as(pg_server, dbname, role) as owner:
+            assert scalar(owner, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user") is False
+
+            owner.execute("CREATE EXTENSION pgjobq")
+            job_id = scalar(owner, "SELECT jobq.enqueue('emails', '{\"to\": \"ada\"}')")
+            scalar(owner, "SELECT jobq.enqueue_many('emails', ARRAY['{}', '{}']::jsonb[])")
+            claimed = owner.execute("SELECT id, lease FROM jobq.claim('emails', 3, 'w1')").fetchall()
+            leases = {row["id"]: row["lease"] for row in claimed}
+            owner.execute("SELECT jobq.heartbeat(%s, %s)", (job_id, leases[job_id]))
+            owner.execute("SELECT jobq.complete(%s, %s)", (job_id, leases.pop(job_id)))
+            owner.execute("SELECT jobq.complete_many(%s, %s)", (list(leases), list(leases.values())))
+            owner.execute("SELECT * FROM jobq.reap('1 minute')")
+            owner.execute("SELECT jobq.retry_failed('emails')")
+            stats = owner.execute("SELECT queue, done FROM jobq.stats()").fetchall()
+            owner.execute("DROP EXTENSION pgjobq")
+
+    assert len(claimed) == 3
+    assert stats == [{"queue": "emails", "done": 3}]
+
+
+def test_a_role_without_grants_can_neither_call_the_functions_nor_read_the_jobs(
+    db: Db, pg_server: ThrowawayPostgres
+) -> None:
+    dbname = scalar(db, "SELECT current_database()")
+    with login_role(db) as role, connect_as(pg_server, dbname, role) as stranger:
+        refused = []
+        for query in (
+            "SELECT jobq.enqueue('default', '{}')",
+            "SELECT * FROM jobq.claim('default', 1, 'w1')",
+            "SELECT count(*) FROM jobq.jobs",
+        ):
+            with pytest.raises(psycopg.Error) as raised:
+                stranger.execute(query)
+            refused.append(raised.value.sqlstate)
+
+    assert refused == ["42501", "42501", "42501"]
+
+
+# -- the catalog --------------------------------------------------------------
+
+# The extension's members, plus the indexes and the trigger of jobq.jobs (which belong to the table).
+EXTENSION_OBJECTS = """
+    SELECT d.classid, d.objid
+      FROM pg_depend AS d JOIN pg_extension AS e ON d.refobjid = e.oid
+     WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e' AND e.extname = 'pgjobq'
+    UNION ALL
+    SELECT 'pg_class'::regclass, i.indexrelid
+      FROM pg_index AS i
+     WHERE i.indrelid = 'jobq.jobs'::regclass
+       AND NOT EXISTS (SELECT FROM pg_constraint AS c WHERE c.conindid = i.indexrelid)
+    UNION ALL
+    SELECT 'pg_trigger'::regclass, t.oid
+      FROM pg_trigger AS t
+     WHERE t.tgrelid = 'jobq.jobs'::regclass AND NOT t.tgisinternal
+"""
+
+
+def test_every_object_of_the_extension_has_a_comment(db: Db) -> None:
+    rows = db.execute(
+        f"""
+        SELECT pg_describe_object(o.classid, o.objid, 0) AS object,
+               EXISTS (SELECT FROM pg_description AS d
+                        WHERE d.classoid = o.classid AND d.objoid = o.objid AND d.objsubid = 0
+                          AND d.description <> '') AS commented
+          FROM ({EXTENSION_OBJECTS}) AS o
+        """
+    ).fetchall()
+
+    objects = {row["object"] for row in rows}
+    assert {
+        "schema jobq",
+        "table jobq.jobs",
+        "sequence jobq.jobs_id_seq",
+        "index jobq.jobs_claim_idx",
+        "index jobq.jobs_reap_idx",
+        "trigger jobs_notify_trg on table jobq.jobs",
+        "function jobq.claim(text,integer,text)",
+    } <= objects
+    functions = scalar(db, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'jobq'::regnamespace")
+    assert sum(name.startswith("function ") for name in objects) == functions
+    assert sorted(row["object"] for row in rows if not row["commented"]) == []
+
+
+def test_every_column_of_the_jobs_table_has_a_comment(db: Db) -> None:
+    uncommented = db.execute(
+        """
+        SELECT a.attname FROM pg_attribute AS a
+         WHERE a.attrelid = 'jobq.jobs'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+           AND col_description(a.attrelid, a.attnum) IS NULL
+        """
+    ).fetchall()
+
+    assert uncommented == []
+
+
+def test_every_function_pins_its_search_path(db: Db) -> None:
+    rows = db.execute(
+        """
+        SELECT p.oid::regprocedure::text AS function,
+               coalesce('search_path=pg_catalog, pg_temp' = ANY (p.proconfig), false) AS pinned
+          FROM pg_proc AS p WHERE p.pronamespace = 'jobq'::regnamespace
+        """
+    ).fetchall()
+
+    assert len(rows) > 10
+    assert [row["function"] for row in rows if not row["pinned"]] == []
+
+
+def test_no_function_is_executable_by_public(db: Db) -> None:
+    rows = db.execute(
+        """
+        SELECT p.oid::regprocedure::text AS function,
+               p.proacl IS NULL  -- NULL means the default: EXECUTE for PUBLIC
+               OR has_function_privilege('public', p.oid, 'EXECUTE')
+               OR EXISTS (SELECT FROM aclexplode(p.proacl) AS a WHERE a.grantee = 0) AS public_can_execute
+          FROM pg_proc AS p WHERE p.pronamespace = 'jobq'::regnamespace
+        """
+    ).fetchall()
+
+    assert len(rows) > 10
+    assert [row["function"] for row in rows if row["public_can_execute"]] == []
+
+
+def test_public_has_no_privilege_on_the_schema_the_table_or_the_sequence(db: Db) -> None:
+    row = db.execute(
+        """
+        SELECT has_schema_privilege('public', 'jobq', 'USAGE, CREATE') AS schema,
+               has_table_privilege('public', 'jobq.jobs',
+                                   'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER') AS table,
+               has_sequence_privilege('public', 'jobq.jobs_id_seq', 'USAGE, SELECT, UPDATE') AS sequence
+        """
+    ).fetchone()
+
+    assert row == {"schema": False, "table": False, "sequence": False}
+
+
+def test_the_jobs_table_and_its_sequence_are_marked_for_pg_dump(db: Db) -> None:
+    config = scalar(db, "SELECT extconfig::regclass[]::text[] FROM pg_extension WHERE extname = 'pgjobq'")
+
+    assert sorted(config) == ["jobq.jobs", "jobq.jobs_id_seq"]
+
+
+# -- pg_dump and pg_restore ---------------------------------------------------
+
+JOBS_DIGEST = """
+    SELECT count(*) AS jobs, md5(string_agg(j::text, E'\\n' ORDER BY j.id)) AS digest FROM jobq.jobs AS j
+"""
+
+
+def enqueue_jobs_of_every_kind(db: Db, connect_rollback: psycopg.Connection[Any]) -> None:
+    """Queued (now and later), running, done and failed jobs; and some ids burnt by a rollback."""
+    db.execute(
+        """
+        SELECT jobq.enqueue('emails', '{"to": "ada"}'),
+               jobq.enqueue('emails', '{"to": "bob"}', priority => 5, max_attempts => 1),
+               jobq.enqueue('reports', '{"day": "monday", "nested": {"a": [1, 2]}}',
+                            run_at => now() + interval '1 day'),
+               jobq.enqueue_many('bulk', ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}']::jsonb[]);
+        SELECT jobq.fail(c.id, 'it''s broken', c.lease) FROM jobq.claim('emails', 1, 'w1') AS c;
+        SELECT jobq.complete(c.id, c.lease) FROM jobq.claim('bulk', 1, 'w1') AS c;
+        SELECT * FROM jobq.claim('bulk', 1, 'w2');
+        """
+    )
+    connect_rollback.execute("SELECT jobq.enqueue_many('bulk', ARRAY['{}', '{}', '{}']::jsonb[])")
+    connect_rollback.rollback()  # the sequence moved on; the dump must keep its position, not max(id)
+
+
+def test_pg_dump_and_restore_keep_every_job_and_the_id_sequence(
+    db: Db, dsn: str, pg_server: ThrowawayPostgres
+) -> None:
+    with psycopg.connect(dsn, autocommit=False) as burner:
+        enqueue_jobs_of_every_kind(db, burner)
+    statuses = {row["status"] for row in db.execute("SELECT status FROM jobq.jobs")}
+    assert statuses == {"queued", "running", "done", "failed"}
+    original = db.execute(JOBS_DIGEST).fetchone()
+
+    dump = subprocess.run(
+        [str(pg_server.bindir / "pg_dump"), "--format=custom", "--dbname", dsn],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    with fresh_database(db) as restored_name:
+        subprocess.run(
+            [
+                str(pg_server.bindir / "pg_restore"),
+                "--exit-on-error",
+                "--dbname",
+                pg_server.dsn(restored_name),
+            ],
+            input=dump.stdout,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        with connect_as(pg_server, restored_name) as restored:
+            restored_jobs = restored.execute(JOBS_DIGEST).fetchone()
+            restored_max = scalar(restored, "SELECT max(id) FROM jobq.jobs")
+            restored_next = scalar(restored, "SELECT jobq.enqueue('emails', '{}')")
+            member = scalar(
+                restored,
+                "SELECT pg_describe_object(classid, objid, 0) FROM pg_depend"
+                " WHERE refclassid = 'pg_extension'::regclass AND objid = 'jobq.jobs'::regclass",
+            )
+    original_next = scalar(db, "SELECT jobq.enqueue('emails', '{}')")
+
+    assert restored_jobs == original
+    assert member == "table jobq.jobs"
+    assert restored_next > restored_max
+    assert restored_next == original_next
+
+
+# -- plans ----------------------------------------------------------------------
+
+
+def test_the_claim_uses_the_partial_index_and_locks_rows(db: Db) -> None:
+    for queue in ("default", "other"):
+        db.execute(
+            "SELECT jobq.enqueue_many(%s, array_agg(jsonb_build_object('n', g)))"
+            " FROM generate_series(1, 20000) AS g",
+            (queue,),
+        )
+    db.execute("ANALYZE jobq.jobs")
+    notices: list[str] = []
+
+    def keep(diagnostic: Diagnostic) -> None:
+        notices.append(diagnostic.message_primary or "")
+
+    db.add_notice_handler(keep)
+    db.execute(
+        """
+        LOAD 'auto_explain';
+        SET auto_explain.log_min_duration = 0;
+        SET auto_explain.log_nested_statements = on;
+        SET auto_explain.log_level = 'notice';
+        SET client_min_messages = notice;
+        """
+    )
+
+    claimed = db.execute("SELECT id FROM jobq.claim('default', 10, 'w1')").fetchall()
+
+    plans = [notice for notice in notices if "SKIP LOCKED" in notice]
+    assert len(claimed) == 10
+    assert len(plans) == 1, notices
+    plan = plans[0]
+    assert "jobs_claim_idx" in plan, plan
+    assert "LockRows" in plan, plan
+    assert "Seq Scan on jobs" not in plan, plan
