@@ -18,13 +18,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import pgjobq
 import psycopg
 from rich import box
 from rich.console import Console, Group
@@ -33,6 +32,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
+
+import pgjobq
 
 DEMO_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(DEMO_DIR.parent / "tools"))
@@ -165,7 +166,9 @@ class WorkerProcess:
 # -- command line -------------------------------------------------------------
 
 
-def bounded_int(low: int, high: int) -> Any:
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number between low and high."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -261,7 +264,11 @@ def render(progress: Progress, counts: Counts, rate: float) -> Group:
         table.add_column(header, justify="right", style=style)
     table.add_row(f"{counts.queued:,}", f"{counts.running:,}", f"{counts.done:,}", f"{counts.failed:,}",
                   f"{rate:,.0f}")  # fmt: skip
-    note = Text("multiples of 7 fail twice, retried after 2 s then 4 s; multiples of 49 end failed", "dim")
+    note = Text(
+        "multiples of 7 fail twice, then succeed; multiples of 49 always fail\n"
+        "a failed job is retried after 2 s, then after 4 s (backoff: 2^attempts s)",
+        "dim",
+    )
     return Group(progress, table, note)
 
 
@@ -369,33 +376,47 @@ def problems(summary: Summary, expected: Expected, workers: Sequence[WorkerProce
 # -- main -----------------------------------------------------------------------
 
 
+def prepare(conn: psycopg.Connection[Any], server: ThrowawayPostgres, jobs: int, console: Console) -> None:
+    """Install the extension, create demo_runs and enqueue the jobs."""
+    version, fsync, synchronous_commit = conn.execute(SERVER_INFO).fetchone() or ("?", "?", "?")
+    console.print(
+        f"PostgreSQL {version.split()[0]} on {server.host}:{server.port}; fsync = {fsync}, "
+        f"synchronous_commit = {synchronous_commit}."
+    )
+    conn.execute(CREATE_EXTENSION)
+    conn.execute(CREATE_RUNS)
+    began = time.perf_counter()
+    pgjobq.enqueue_many(conn, QUEUE, ({"n": n} for n in range(1, jobs + 1)))
+    console.print(
+        f"Enqueued {jobs:,} jobs on queue {QUEUE!r} with one jobq.enqueue_many call "
+        f"in {(time.perf_counter() - began) * 1000:.0f} ms."
+    )
+
+
+def finish_workers(workers: Sequence[WorkerProcess], console: Console) -> None:
+    """SIGTERM the workers, wait for them, show the log of any that did not exit 0."""
+    began = time.monotonic()
+    stop_workers(workers)
+    console.print(f"Workers stopped in {time.monotonic() - began:.1f} s.")
+    for worker in workers:
+        if worker.process.returncode:
+            console.print(f"[red]worker {worker.number} exited with code {worker.process.returncode}; "
+                          f"last lines of its log:[/]")  # fmt: skip
+            console.print(escape(worker.log_tail()), highlight=False)
+
+
 def run(args: argparse.Namespace, console: Console) -> int:
-    jobs: int = args.jobs
-    expected = Expected(jobs)
+    expected = Expected(args.jobs)
     with contextlib.ExitStack() as stack:
         temp_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pgjobq-demo-")))
         # As root the server runs as another user (see throwaway_pg): it must be able to reach its folder.
         temp_dir.chmod(0o711)
         server = ThrowawayPostgres(temp_dir / "pg")
         stack.callback(server.remove)
-        console.print(f"Starting a throwaway PostgreSQL from {server.bindir} ...")
+        console.print(f"Starting PostgreSQL in {temp_dir} (removed at the end) ...")
         server.start()
         conn = stack.enter_context(psycopg.connect(server.dsn(), autocommit=True))
-        version, fsync, synchronous_commit = conn.execute(SERVER_INFO).fetchone() or ("?", "?", "?")
-        console.print(
-            f"PostgreSQL {version.split()[0]} on {server.host}:{server.port}, fsync = {fsync}, "
-            f"synchronous_commit = {synchronous_commit}: durable commits.\n"
-            f"Its folder and the worker logs: {temp_dir} (removed at the end)."
-        )
-        conn.execute(CREATE_EXTENSION)
-        conn.execute(CREATE_RUNS)
-
-        began = time.perf_counter()
-        pgjobq.enqueue_many(conn, QUEUE, ({"n": n} for n in range(1, jobs + 1)))
-        console.print(
-            f"Enqueued {jobs:,} jobs on queue {QUEUE!r} with one jobq.enqueue_many call "
-            f"in {(time.perf_counter() - began) * 1000:.0f} ms."
-        )
+        prepare(conn, server, expected.jobs, console)
 
         clock = conn.execute(CLOCK).fetchone()
         assert clock is not None
@@ -403,15 +424,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         workers = start_workers(args.workers, server.dsn(), temp_dir)
         stack.callback(stop_workers, workers, 5.0)  # on any error below; a no-op once they have exited
         console.print(f"Started {len(workers)} worker processes: pgjobq worker handlers:handle --batch 10.")
-        watch(conn, workers, jobs, console)
-
-        console.print(f"All {jobs:,} jobs finished; stopping the workers with SIGTERM ...")
-        stop_workers(workers)
-        for worker in workers:
-            if worker.process.returncode:
-                console.print(f"[red]worker {worker.number} exited with code {worker.process.returncode}; "
-                              f"last lines of its log:[/]")  # fmt: skip
-                console.print(escape(worker.log_tail()), highlight=False)
+        watch(conn, workers, expected.jobs, console)
+        console.print(f"All {expected.jobs:,} jobs finished; stopping the workers with SIGTERM ...")
+        finish_workers(workers, console)
 
         summary = read_summary(conn, started)
         console.print()
@@ -423,8 +438,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[bold red]INCONSISTENT:[/] {'; '.join(found)}.")
         return 1
     console.print(
-        f"[bold green]OK:[/] every job done or failed, {summary.failed} dead letter(s) as expected, "
-        f"double claims: {summary.double_claims}, every worker exited 0."
+        f"[bold green]OK:[/] {summary.done:,} done, {summary.failed} dead letters as expected, "
+        f"{summary.double_claims} double claims, workers exited 0."
     )
     return 0
 
@@ -444,7 +459,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(escape(exc.details), highlight=False)
         console.print(f"[bold red]demo failed:[/] {escape(str(exc))}")
         return 1
-    except (RuntimeError, psycopg.Error, pgjobq.Error) as exc:
+    except subprocess.CalledProcessError as exc:  # initdb or pg_ctl refused
+        console.print(escape(str(exc.stderr or "").strip()), highlight=False)
+        console.print(f"[bold red]demo failed:[/] {escape(str(exc))}")
+        return 1
+    except (OSError, RuntimeError, psycopg.Error, pgjobq.Error) as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         console.print(f"[bold red]demo failed:[/] {escape(first_line)}")
         return 1

@@ -15,6 +15,7 @@ import random
 import time
 
 import psycopg
+
 from pgjobq import Job
 
 __all__ = ["handle"]

@@ -16,7 +16,9 @@ from psycopg.rows import dict_row
 from pytest_postgresql import factories
 from pytest_postgresql.executors import NoopExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
+
 from throwaway_pg import ThrowawayPostgres
+
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[ThrowawayPostgres]:

@@ -69,7 +69,8 @@ class WorkerProcess:
         return self.process.pid
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text()
 
     def wait(self, timeout: float = 60) -> int:

@@ -8,8 +8,10 @@ from typing import Any
 import click
 import psycopg
 import pytest
-from handlers import EXECUTIONS_DDL
+
 from pgjobq._cli import main as cli_main
+
+from handlers import EXECUTIONS_DDL
 from support import run_cli
 
 Db = psycopg.Connection[dict[str, Any]]

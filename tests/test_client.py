@@ -8,11 +8,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import pgjobq
 import psycopg
 import pytest
-from pgjobq import Job, Worker, WorkerSettings
 from psycopg.pq import TransactionStatus
+
+import pgjobq
+from pgjobq import Job, Worker, WorkerSettings
 
 Db = psycopg.Connection[dict[str, Any]]
 Connect = Callable[..., psycopg.Connection[Any]]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import pgjobq
 import psycopg
 import pytest
 from psycopg import sql
+
+import pgjobq
 
 Db = psycopg.Connection[dict[str, Any]]
 RoleConnect = Callable[[str, str], psycopg.Connection[Any]]

@@ -10,6 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from handlers import EXECUTIONS_DDL
 from support import WorkerProcess, wait_until
 
@@ -201,3 +202,19 @@ def test_failing_handler_retries_with_backoff_then_fails_for_good(
     failed = db.execute("SELECT attempts, last_error FROM jobq.jobs WHERE status = 'failed'").fetchone()
     assert failed == {"attempts": 3, "last_error": "RuntimeError: n=7 is a multiple of 7"}
     assert scalar(db, "SELECT count(*) FROM executions") == 4  # n=7 three times, n=8 once
+
+
+def test_second_sigterm_gives_up_the_job_in_hand_at_once(
+    db: Db, executions: None, start_worker: StartWorker
+) -> None:
+    db.execute("""SELECT jobq.enqueue('default', '{"sleep": 120}')""")
+    worker = start_worker("sleep_then_record")
+    assert wait_until(lambda: scalar(db, "SELECT count(*) FROM executions") == 1), worker.log()
+
+    worker.process.send_signal(signal.SIGTERM)
+    assert wait_until(lambda: "finishing jobs in hand" in worker.log()), worker.log()
+    worker.process.send_signal(signal.SIGTERM)
+
+    assert worker.wait(timeout=30) == 1, worker.log()
+    assert "abandoning 1 job(s)" in worker.log()
+    assert statuses(db) == {"running": 1}  # left for the reaper

@@ -116,9 +116,9 @@ class ThrowawayPostgres:
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a server program as the server's account."""
         account = self._account
-        return subprocess.run(
+        result = subprocess.run(
             args,
-            check=check,
+            check=False,
             cwd=self.base_dir,
             capture_output=True,
             text=True,
@@ -127,9 +127,21 @@ class ThrowawayPostgres:
             group=account.pw_gid if account else None,
             extra_groups=[] if account else None,
         )
+        if check and result.returncode != 0:
+            who = f" as {account.pw_name}" if account else ""
+            raise RuntimeError(f"{Path(args[0]).name}{who} failed:\n{result.stdout}{result.stderr}")
+        return result
 
     def _prepare_dir(self) -> None:
+        """Create the folder, owned by the server's account, and check that account can reach it."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        if self._account is not None:
+            for parent in self.base_dir.resolve().parents:
+                if not parent.stat().st_mode & 0o001:
+                    raise RuntimeError(
+                        f"{self.base_dir} is not reachable by {self._account.pw_name}: "
+                        f"{parent} is not searchable by others (chmod o+x, or choose another folder)"
+                    )
         if self._account is not None:
             os.chown(self.base_dir, self._account.pw_uid, self._account.pw_gid)
             self.log_file.touch()
@@ -164,11 +176,15 @@ class ThrowawayPostgres:
             check=False,
         )  # fmt: skip
         if result.returncode != 0:
-            raise RuntimeError(f"PostgreSQL did not start:\n{result.stdout}{result.stderr}\n{self.log_tail()}")
+            raise RuntimeError(
+                f"PostgreSQL did not start:\n{result.stdout}{result.stderr}\n{self.log_tail()}"
+            )
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server: mode is smart, fast or immediate (pg_ctl -m)."""
-        self._run(str(self.bindir / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.data_dir), check=False)
+        self._run(
+            str(self.bindir / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.data_dir), check=False
+        )
 
     def restart(self, mode: str = "fast") -> None:
         self.stop(mode)
@@ -211,7 +227,9 @@ def running(**kwargs: object) -> Iterator[ThrowawayPostgres]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dir", type=Path, required=True, help="folder of the cluster")
     parser.add_argument("--port", type=int, help="port (default: a free one, kept in DIR/port)")
     parser.add_argument("action", choices=["start", "stop", "remove", "dsn"])

@@ -200,11 +200,17 @@ def worker(
             lease_timeout=lease_timeout, heartbeat_interval=heartbeat_interval,
             reap_interval=reap_interval, listen=listen, burst=burst, **options,
         )  # fmt: skip
-        Worker(dsn, function, settings).run()
+        runner = Worker(dsn, function, settings)
+        runner.run()
     except Error as exc:
         raise click.ClickException(str(exc)) from exc
     except psycopg.Error as exc:
         raise click.ClickException(f"database error: {str(exc).strip().splitlines()[0]}") from exc
+    if runner.abandoned:
+        # A second signal: handler threads cannot be interrupted and would keep
+        # the interpreter alive at exit; the reaper recovers their jobs.
+        logging.shutdown()
+        os._exit(1)
 
 
 @main.command()

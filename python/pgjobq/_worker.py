@@ -6,8 +6,10 @@ run on a thread pool of ``concurrency`` threads and never touch the worker's
 connections.  The loop:
 
 - claims up to ``batch`` jobs whenever a handler thread is idle;
-- acknowledges finished jobs: successes in one ``jobq.complete_many``
-  statement, failures one ``jobq.fail`` each (with the lease);
+- acknowledges finished jobs together: successes in one
+  ``jobq.complete_many`` statement, failures one ``jobq.fail`` each (with the
+  lease), once the batch in hand is over or the oldest result has waited
+  ``ack_interval``;
 - heartbeats the jobs in hand every ``heartbeat_interval``, so the reaper
   leaves long jobs alone;
 - runs ``jobq.reap`` every ``reap_interval``;
@@ -43,7 +45,7 @@ import psycopg
 from psycopg import sql
 
 from pgjobq import _client
-from pgjobq._errors import ConfigurationError, LeaseLost
+from pgjobq._errors import ConfigurationError, JobNotFound, LeaseLost
 from pgjobq._job import Job
 
 __all__ = ["Handler", "Worker", "WorkerSettings"]
@@ -77,6 +79,7 @@ class WorkerSettings:
     burst: bool = False
     name: str = field(default_factory=default_worker_name)
     reconnect_delay_max: float = 30.0
+    ack_interval: float = 0.005
 
     def __post_init__(self) -> None:
         def require(ok: bool, message: str) -> None:
@@ -100,6 +103,9 @@ class WorkerSettings:
         require(self.reap_interval > 0, f"reap_interval must be positive, got {self.reap_interval}")
         require(0 < len(self.name) <= 200, "name must be 1 to 200 characters")
         require(self.reconnect_delay_max > 0, "reconnect_delay_max must be positive")
+        require(
+            0 <= self.ack_interval < self.heartbeat_seconds, "ack_interval must be shorter than a heartbeat"
+        )
 
     @property
     def heartbeat_seconds(self) -> float:
@@ -127,16 +133,19 @@ class Worker:
         self.handler = handler
         self.settings = settings or WorkerSettings()
         self.processed = 0
+        self.abandoned = 0  # jobs left in hand by a forced stop (a second stop())
         self._stop = threading.Event()
         self._stop_requests = 0
         self._conn: psycopg.Connection[Any] | None = None
         self._listen_conn: psycopg.Connection[Any] | None = None
         self._pool: ThreadPoolExecutor | None = None
-        # Jobs in hand.  Only the loop's thread touches _backlog and _running;
-        # handler threads append to _finished (deque appends are thread-safe).
+        # Jobs in hand.  Handler threads append to _finished (deque appends are
+        # thread-safe); everything else belongs to the loop's thread.
         self._backlog: deque[Job] = deque()  # claimed, not started: handed back on stop
-        self._running: dict[int, _Running] = {}
-        self._finished: deque[tuple[Job, BaseException | None]] = deque()
+        self._running: dict[int, _Running] = {}  # given to a handler thread
+        self._finished: deque[tuple[Job, BaseException | None]] = deque()  # handler returned
+        self._unacked: list[tuple[Job, BaseException | None]] = []  # collected, to report
+        self._oldest_unacked = 0.0
         self._next_heartbeat = 0.0
         self._next_reap = 0.0
         self._drained = False  # burst mode: the queue had no runnable job
@@ -163,10 +172,12 @@ class Worker:
         try:
             self._work()
         finally:
-            abandoned = len(self._running) + len(self._backlog)
-            if abandoned:
-                logger.warning("abandoning %d job(s) in hand; the reaper will recover them", abandoned)
-            self._pool.shutdown(wait=not abandoned, cancel_futures=True)
+            self.abandoned = (
+                len(self._backlog) + len(self._running) + len(self._finished) + len(self._unacked)
+            )
+            if self.abandoned:
+                logger.warning("abandoning %d job(s) in hand; the reaper will recover them", self.abandoned)
+            self._pool.shutdown(wait=not self.abandoned, cancel_futures=True)
             self._disconnect()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -175,7 +186,7 @@ class Worker:
     # -- the loop -------------------------------------------------------------
 
     def _in_hand(self) -> bool:
-        return bool(self._backlog or self._running or self._finished)
+        return bool(self._backlog or self._running or self._finished or self._unacked)
 
     def _work(self) -> None:
         delay = 0.0
@@ -192,7 +203,9 @@ class Worker:
                 self._sleep(pause)
 
     def _step(self) -> None:
-        self._acknowledge()
+        self._collect()
+        batch_over = not self._running and not self._backlog
+        self._acknowledge(now=self.stopping or batch_over)
         if self.stopping:
             self._release_backlog()
         now = time.monotonic()
@@ -242,60 +255,75 @@ class Worker:
         return outcome
 
     def _wait_for_handlers(self) -> None:
-        timeout = max(0.0, min(self._next_heartbeat - time.monotonic(), self.settings.poll_interval))
+        """Sleep until a handler finishes, a heartbeat or an acknowledgement is due, or a poll interval."""
+        deadline = min(self._next_heartbeat, time.monotonic() + self.settings.poll_interval)
+        if self._unacked:
+            deadline = min(deadline, self._oldest_unacked + self.settings.ack_interval)
+        timeout = max(0.0, deadline - time.monotonic())
         wait([r.future for r in self._running.values()], timeout=timeout, return_when=FIRST_COMPLETED)
 
     def _wait_for_work(self) -> None:
-        """Sleep until a notification for our queue arrives or the poll interval passes."""
-        timeout = self.settings.poll_interval
-        if self._listen_conn is None:
-            self._sleep(timeout)
-            return
-        for _ in self._listen_conn.notifies(timeout=timeout, stop_after=1):
-            pass
+        """Sleep until a notification for our queue arrives, the poll interval passes, or stop().
+
+        The wait is cut in slices of at most 0.1 s so that a stop is noticed promptly.
+        """
+        deadline = time.monotonic() + self.settings.poll_interval
+        while not self.stopping and (remaining := deadline - time.monotonic()) > 0:
+            if self._listen_conn is None:
+                self._sleep(remaining)
+                return
+            if any(True for _ in self._listen_conn.notifies(timeout=min(0.1, remaining), stop_after=1)):
+                return
 
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
 
     # -- acknowledging ------------------------------------------------------
 
-    def _acknowledge(self) -> None:
-        """Report every finished job: successes in one statement, failures one by one.
+    def _collect(self) -> None:
+        """Move the jobs whose handler returned from _running to the results to report."""
+        while self._finished:
+            job, outcome = self._finished.popleft()
+            self._running.pop(job.id, None)
+            if not self._unacked:
+                self._oldest_unacked = time.monotonic()
+            self._unacked.append((job, outcome))
 
-        If the connection drops meanwhile, what was not reported goes back to
-        the front of the line, to be sent after reconnecting.
+    def _acknowledge(self, *, now: bool) -> None:
+        """Report the results collected: successes in one statement, failures one by one.
+
+        Results wait (at most ack_interval) unless ``now``, so that one
+        statement and one commit acknowledge many jobs.  If the connection
+        drops meanwhile, what was not reported is sent after reconnecting.
         """
         assert self._conn is not None
-        pending: list[tuple[Job, BaseException | None]] = []
-        while self._finished:
-            pending.append(self._finished.popleft())
-        try:
-            successes = [job for job, error in pending if error is None]
-            if successes:
-                accepted = _client.complete_many(self._conn, [(job.id, job.lease) for job in successes])
-                for job in successes:
-                    self._forget(job)
-                    if job.id in accepted:
-                        logger.info("job %d done (attempt %d)", job.id, job.attempts)
-                    else:
-                        logger.warning("job %d: lease %d lost; result discarded", job.id, job.lease)
-                pending = [(job, error) for job, error in pending if error is not None]
-            while pending:
-                job, error = pending[0]
-                assert error is not None
-                self._report_failure(job, error)
-                self._forget(job)
-                pending.pop(0)
-        except psycopg.OperationalError:
-            self._finished.extendleft(reversed(pending))
-            raise
+        if not self._unacked or not (
+            now or time.monotonic() >= self._oldest_unacked + self.settings.ack_interval
+        ):
+            return
+        successes = [job for job, error in self._unacked if error is None]
+        if successes:
+            accepted = _client.complete_many(self._conn, [(job.id, job.lease) for job in successes])
+            for job in successes:
+                if job.id in accepted:
+                    logger.info("job %d done (attempt %d)", job.id, job.attempts)
+                else:
+                    logger.warning("job %d: lease %d lost; result discarded", job.id, job.lease)
+            self.processed += len(successes)
+            self._unacked = [(job, error) for job, error in self._unacked if error is not None]
+        while self._unacked:
+            job, error = self._unacked[0]
+            assert error is not None
+            self._report_failure(job, error)
+            self.processed += 1
+            self._unacked.pop(0)
 
     def _report_failure(self, job: Job, error: BaseException) -> None:
         assert self._conn is not None
         message = f"{type(error).__name__}: {error}"
         try:
             status, run_at = _client.fail(self._conn, job.id, message, job.lease)
-        except LeaseLost:
+        except (LeaseLost, JobNotFound):
             logger.warning("job %d: lease %d lost; failure discarded (%s)", job.id, job.lease, message)
             return
         if status == "failed":
@@ -308,10 +336,6 @@ class Worker:
                 job.id, job.attempts, job.max_attempts, run_at.isoformat(timespec="seconds"), message,
             )  # fmt: skip
 
-    def _forget(self, job: Job) -> None:
-        self._running.pop(job.id, None)
-        self.processed += 1
-
     def _release_backlog(self) -> None:
         """Hand back the jobs claimed but not started: their attempt does not count."""
         assert self._conn is not None
@@ -320,7 +344,7 @@ class Worker:
             try:
                 _client.release(self._conn, job.id, job.lease)
                 logger.info("job %d handed back unstarted", job.id)
-            except LeaseLost:
+            except (LeaseLost, JobNotFound):
                 logger.warning("job %d: lease %d lost before hand-back", job.id, job.lease)
             self._backlog.popleft()
 
@@ -333,7 +357,7 @@ class Worker:
         for job in unfinished:
             try:
                 _client.heartbeat(self._conn, job.id, job.lease)
-            except LeaseLost:
+            except (LeaseLost, JobNotFound):
                 logger.warning("job %d: lease %d lost while in hand; its result will be discarded",
                                job.id, job.lease)  # fmt: skip
 
