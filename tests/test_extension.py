@@ -13,6 +13,7 @@ import pytest
 from psycopg import sql
 from psycopg.errors import Diagnostic
 from psycopg.rows import dict_row
+
 from sqlhelpers import Db, scalar
 from throwaway_pg import ThrowawayPostgres
 
@@ -65,25 +66,38 @@ def connect_as(
 def test_a_database_owner_without_superuser_installs_and_uses_the_extension(
     db: Db, pg_server: ThrowawayPostgres
 ) -> None:
-    with login_role(db) as role, fresh_database(db, owner=role) as dbname:
-        with connect_as(pg_server, dbname, role) as owner:
-            assert scalar(owner, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user") is False
+    with (
+        login_role(db) as role,
+        fresh_database(db, owner=role) as dbname,
+        connect_as(pg_server, dbname, role) as owner,
+    ):
+        assert scalar(owner, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user") is False
 
-            owner.execute("CREATE EXTENSION pgjobq")
-            job_id = scalar(owner, "SELECT jobq.enqueue('emails', '{\"to\": \"ada\"}')")
-            scalar(owner, "SELECT jobq.enqueue_many('emails', ARRAY['{}', '{}']::jsonb[])")
-            claimed = owner.execute("SELECT id, lease FROM jobq.claim('emails', 3, 'w1')").fetchall()
-            leases = {row["id"]: row["lease"] for row in claimed}
-            owner.execute("SELECT jobq.heartbeat(%s, %s)", (job_id, leases[job_id]))
-            owner.execute("SELECT jobq.complete(%s, %s)", (job_id, leases.pop(job_id)))
-            owner.execute("SELECT jobq.complete_many(%s, %s)", (list(leases), list(leases.values())))
-            owner.execute("SELECT * FROM jobq.reap('1 minute')")
-            owner.execute("SELECT jobq.retry_failed('emails')")
-            stats = owner.execute("SELECT queue, done FROM jobq.stats()").fetchall()
-            owner.execute("DROP EXTENSION pgjobq")
+        owner.execute("CREATE EXTENSION pgjobq")
+        to_fail = scalar(owner, "SELECT jobq.enqueue('emails', '{\"to\": \"ada\"}', max_attempts => 1)")
+        to_finish, *to_finish_together = scalar(
+            owner, "SELECT jobq.enqueue_many('emails', ARRAY['{}', '{}', '{}']::jsonb[])"
+        )
+        leases = {
+            row["id"]: row["lease"] for row in owner.execute("SELECT * FROM jobq.claim('emails', 4, 'w1')")
+        }
+        owner.execute("SELECT jobq.heartbeat(%s, %s)", (to_fail, leases[to_fail]))
+        owner.execute("SELECT jobq.fail(%s, 'boom', %s)", (to_fail, leases[to_fail]))
+        owner.execute("SELECT jobq.complete(%s, %s)", (to_finish, leases[to_finish]))
+        owner.execute(
+            "SELECT jobq.complete_many(%s, %s)",
+            (to_finish_together, [leases[job_id] for job_id in to_finish_together]),
+        )
+        owner.execute("SELECT * FROM jobq.reap('1 minute')")
+        redriven = [row["id"] for row in owner.execute("SELECT jobq.retry_failed('emails') AS id")]
+        stats = owner.execute("SELECT queue, queued, done, failed FROM jobq.stats()").fetchall()
+        channel = scalar(owner, "SELECT jobq.channel('emails')")
+        owner.execute("DROP EXTENSION pgjobq")
 
-    assert len(claimed) == 3
-    assert stats == [{"queue": "emails", "done": 3}]
+    assert len(leases) == 4
+    assert redriven == [to_fail]
+    assert stats == [{"queue": "emails", "queued": 1, "done": 3, "failed": 0}]
+    assert channel == "jobq_emails"
 
 
 def test_a_role_without_grants_can_neither_call_the_functions_nor_read_the_jobs(
@@ -102,6 +116,23 @@ def test_a_role_without_grants_can_neither_call_the_functions_nor_read_the_jobs(
             refused.append(raised.value.sqlstate)
 
     assert refused == ["42501", "42501", "42501"]
+
+
+def test_the_functions_work_with_an_empty_search_path(db: Db) -> None:
+    db.execute("SET search_path = ''")
+
+    job_id = scalar(db, "SELECT jobq.enqueue('default', '{}', max_attempts => 1)")
+    scalar(db, "SELECT jobq.enqueue_many('default', ARRAY['{}', '{}']::jsonb[])")
+    leases = {row["id"]: row["lease"] for row in db.execute("SELECT * FROM jobq.claim('default', 3, 'w1')")}
+    db.execute("SELECT jobq.heartbeat(%s, %s)", (job_id, leases[job_id]))
+    db.execute("SELECT jobq.fail(%s, 'boom', %s)", (job_id, leases.pop(job_id)))
+    done = db.execute("SELECT jobq.complete_many(%s, %s)", (list(leases), list(leases.values()))).fetchall()
+    db.execute("SELECT * FROM jobq.reap('1 minute')")
+    redriven = db.execute("SELECT jobq.retry_failed('default')").fetchall()
+    stats = db.execute("SELECT queued, done, failed FROM jobq.stats()").fetchall()
+
+    assert (len(done), len(redriven)) == (2, 1)
+    assert stats == [{"queued": 1, "done": 2, "failed": 0}]
 
 
 # -- the catalog --------------------------------------------------------------

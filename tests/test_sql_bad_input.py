@@ -17,6 +17,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from pytest_postgresql.executors import NoopExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
+
 from sqlhelpers import Db, table_fingerprint
 from throwaway_pg import ThrowawayPostgres
 

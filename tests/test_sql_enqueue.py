@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import random
 
+import psycopg
+import pytest
 from psycopg.types.json import Jsonb
+
 from sqlhelpers import Connect, Db, enqueue, job, scalar
 
 
@@ -87,6 +90,18 @@ def test_enqueue_accepts_a_payload_just_under_1_mib(db: Db) -> None:
     job_id = enqueue(db, "default", payload)
 
     assert scalar(db, "SELECT payload = %s FROM jobq.jobs WHERE id = %s", (Jsonb(payload), job_id)) is True
+
+
+def test_enqueue_measures_a_payload_read_from_a_table_uncompressed(db: Db) -> None:
+    db.execute("CREATE TABLE documents (body jsonb)")
+    db.execute("INSERT INTO documents SELECT jsonb_build_object('data', repeat('x', 3000000))")
+    assert scalar(db, "SELECT pg_column_size(body) < 1048576 FROM documents") is True  # stored compressed
+
+    with pytest.raises(psycopg.Error) as raised:
+        db.execute("SELECT jobq.enqueue('default', body) FROM documents")
+
+    assert raised.value.sqlstate == "54000"
+    assert scalar(db, "SELECT count(*) FROM jobq.jobs") == 0
 
 
 def test_a_rolled_back_enqueue_leaves_no_job(db: Db, connect: Connect) -> None:

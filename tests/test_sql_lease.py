@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 import pytest
-from sqlhelpers import Db, claim_one, enqueue, job, make_runnable, make_stale, row_digest, scalar
+
+from sqlhelpers import Connect, Db, claim_one, enqueue, job, make_runnable, make_stale, row_digest, scalar
 
 
 def sqlstate_of(db: Db, query: str, params: Any = None) -> str | None:
@@ -138,6 +141,41 @@ def test_the_jq001_error_explains_the_state_of_the_job(db: Db) -> None:
 
     assert raised.value.diag.message_detail is not None
     assert "running" in raised.value.diag.message_detail
+
+
+def test_a_complete_waiting_on_a_reaper_is_refused_once_the_reaper_commits(db: Db, connect: Connect) -> None:
+    job_id = enqueue(db)
+    lease = claim_one(db)["lease"]
+    make_stale(db, job_id)
+    reaper = connect(autocommit=False)
+    assert len(reaper.execute("SELECT * FROM jobq.reap('1 minute')").fetchall()) == 1  # holds the row lock
+    worker = connect()
+    outcome: list[str | None] = []
+
+    def complete() -> None:
+        try:
+            worker.execute("SELECT jobq.complete(%s, %s)", (job_id, lease))
+            outcome.append(None)
+        except psycopg.Error as error:
+            outcome.append(error.sqlstate)
+
+    thread = threading.Thread(target=complete)
+    thread.start()
+    waiting_on_lock = False
+    deadline = time.monotonic() + 3
+    while not waiting_on_lock and time.monotonic() < deadline:
+        time.sleep(0.05)
+        waiting_on_lock = scalar(
+            db,
+            "SELECT coalesce(bool_or(wait_event_type = 'Lock'), false) FROM pg_stat_activity WHERE pid = %s",
+            (worker.info.backend_pid,),
+        )
+    reaper.commit()
+    thread.join(5)
+
+    assert waiting_on_lock
+    assert outcome == ["JQ001"]
+    assert job(db, job_id)["status"] == "queued"
 
 
 # -- complete_many ----------------------------------------------------------

@@ -7,6 +7,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
+
 from sqlhelpers import Connect, Db, claim_one, enqueue, scalar
 
 
@@ -14,7 +16,7 @@ def listener(connect: Connect, *queues: str) -> psycopg.Connection[Any]:
     """A separate autocommit connection listening on the channels of queues."""
     conn = connect()
     for queue in queues:
-        conn.execute(f"LISTEN jobq_{queue}")
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(f"jobq_{queue}")))
     return conn
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 import pytest
+
 from sqlhelpers import Db, claim_one, enqueue, job, make_runnable, make_stale, scalar, table_fingerprint
 
 
