@@ -1,7 +1,7 @@
 # pgjobq: PGXS for the extension, plus the project's own targets.
 #
 #   make install   install the extension into PostgreSQL (PG_CONFIG=... to choose)
-#   make test      install what is missing, then run the whole test suite
+#   make test      install what is missing, lint, then run the whole test suite
 #   make demo      a throwaway PostgreSQL, 1,000 jobs, 4 workers, a live view
 #   make lint      ruff and mypy
 
@@ -36,7 +36,7 @@ $(VENV)/.installed: python/pyproject.toml
 	$(VENV)/bin/pip install --quiet -e 'python[dev]'
 	touch $@
 
-test: deps venv
+test: deps venv lint
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(VENV)/bin/pytest
 
