@@ -6,9 +6,10 @@ on exit.  PostgreSQL refuses to run as root, so when this process is root the
 server runs as an unprivileged user (``postgres`` when it exists, else
 ``nobody``) that owns the data folder; callers never see the difference.
 
-Command line (used by the Makefile)::
+Command line, for a server to poke at by hand::
 
-    python tools/throwaway_pg.py --help
+    python tools/throwaway_pg.py --dir /tmp/pg start    # prints the DSN
+    python tools/throwaway_pg.py --dir /tmp/pg remove
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -217,13 +218,6 @@ class ThrowawayPostgres:
         tb: TracebackType | None,
     ) -> None:
         self.remove()
-
-
-@contextlib.contextmanager
-def running(**kwargs: object) -> Iterator[ThrowawayPostgres]:
-    server = ThrowawayPostgres(**kwargs)  # type: ignore[arg-type]
-    with server:
-        yield server
 
 
 def main() -> None:
