@@ -89,6 +89,8 @@ def test_a_database_owner_without_superuser_installs_and_uses_the_extension(
             (to_finish_together, [leases[job_id] for job_id in to_finish_together]),
         )
         owner.execute("SELECT * FROM jobq.reap('1 minute')")
+        scalar(owner, "SELECT jobq.enqueue('emails', '{}')")
+        owner.execute("SELECT jobq.release(id, lease) FROM jobq.claim('emails', 1, 'w2')")
         redriven = [row["id"] for row in owner.execute("SELECT jobq.retry_failed('emails') AS id")]
         stats = owner.execute("SELECT queue, queued, done, failed FROM jobq.stats()").fetchall()
         channel = scalar(owner, "SELECT jobq.channel('emails')")
@@ -96,7 +98,7 @@ def test_a_database_owner_without_superuser_installs_and_uses_the_extension(
 
     assert len(leases) == 4
     assert redriven == [to_fail]
-    assert stats == [{"queue": "emails", "queued": 1, "done": 3, "failed": 0}]
+    assert stats == [{"queue": "emails", "queued": 2, "done": 3, "failed": 0}]
     assert channel == "jobq_emails"
 
 

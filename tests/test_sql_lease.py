@@ -384,3 +384,29 @@ def test_heartbeat_of_a_done_job_raises_jq001(db: Db) -> None:
     db.execute("SELECT jobq.complete(%s, %s)", (job_id, lease))
 
     assert sqlstate_of(db, "SELECT jobq.heartbeat(%s, %s)", (job_id, lease)) == "JQ001"
+
+
+# -- release ----------------------------------------------------------------
+
+
+def test_release_hands_an_unstarted_job_back_without_counting_the_attempt(db: Db) -> None:
+    job_id = enqueue(db)
+    lease = claim_one(db)["lease"]
+
+    db.execute("SELECT jobq.release(%s, %s)", (job_id, lease))
+
+    row = job(db, job_id)
+    assert (row["status"], row["attempts"], row["lease"]) == ("queued", 0, lease)
+    assert claim_one(db)["lease"] == lease + 1
+
+
+def test_release_with_a_stale_lease_raises_jq001_and_changes_nothing(db: Db) -> None:
+    job_id, old_lease, _ = claim_fail_reclaim(db)
+    before = row_digest(db, job_id)
+
+    assert sqlstate_of(db, "SELECT jobq.release(%s, %s)", (job_id, old_lease)) == "JQ001"
+    assert row_digest(db, job_id) == before
+
+
+def test_release_of_an_unknown_id_raises_jq002(db: Db) -> None:
+    assert sqlstate_of(db, "SELECT jobq.release(424242, 1)") == "JQ002"
