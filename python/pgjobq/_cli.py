@@ -47,16 +47,22 @@ def _queue_option(func: F) -> F:
 
 
 @contextmanager
-def _connection(dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    """A connection for one CLI command; database and pgjobq errors become one-line CLI errors."""
+def _one_line_errors() -> Iterator[None]:
+    """pgjobq and database errors become one-line CLI errors (exit 1)."""
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            yield conn
+        yield
     except Error as exc:
         raise click.ClickException(str(exc)) from exc
     except psycopg.Error as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise click.ClickException(f"database error: {message}") from exc
+
+
+@contextmanager
+def _connection(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection for one CLI command, with one-line errors."""
+    with _one_line_errors(), psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -194,7 +200,7 @@ def worker(
     )
     function = load_handler(handler)
     options: dict[str, Any] = {"name": name} if name else {}
-    try:
+    with _one_line_errors():
         settings = WorkerSettings(
             queue=queue, batch=batch, concurrency=concurrency, poll_interval=poll_interval,
             lease_timeout=lease_timeout, heartbeat_interval=heartbeat_interval,
@@ -202,10 +208,6 @@ def worker(
         )  # fmt: skip
         runner = Worker(dsn, function, settings)
         runner.run()
-    except Error as exc:
-        raise click.ClickException(str(exc)) from exc
-    except psycopg.Error as exc:
-        raise click.ClickException(f"database error: {str(exc).strip().splitlines()[0]}") from exc
     if runner.abandoned:
         # A second signal: handler threads cannot be interrupted and would keep
         # the interpreter alive at exit; the reaper recovers their jobs.
