@@ -19,9 +19,10 @@ ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 endif
 
-PYTHON ?= python3
-VENV   := .venv
-PY     := $(VENV)/bin/python
+# Not PYTHON: PGXS defines that one (the interpreter PostgreSQL was built with).
+VENV_PYTHON ?= python3
+VENV        := .venv
+PY          := $(VENV)/bin/python
 
 .PHONY: deps venv test demo lint chaos
 
@@ -31,7 +32,7 @@ deps:
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: python/pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(VENV_PYTHON) -m venv --clear $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e 'python[dev]'
 	touch $@
