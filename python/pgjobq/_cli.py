@@ -21,7 +21,7 @@ import click
 import psycopg
 
 from pgjobq import _client
-from pgjobq._errors import Error
+from pgjobq._errors import Error, first_line
 from pgjobq._worker import Handler, Worker, WorkerSettings
 
 __all__ = ["main"]
@@ -54,8 +54,7 @@ def _one_line_errors() -> Iterator[None]:
     except Error as exc:
         raise click.ClickException(str(exc)) from exc
     except psycopg.Error as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise click.ClickException(f"database error: {message}") from exc
+        raise click.ClickException(f"database error: {first_line(exc)}") from exc
 
 
 @contextmanager

@@ -12,6 +12,7 @@ __all__ = [
     "LeaseLost",
     "PayloadTooLarge",
     "PermissionDenied",
+    "first_line",
     "translate",
 ]
 
@@ -81,3 +82,9 @@ def translate(exc: psycopg.Error) -> Error | None:
     error = _BY_SQLSTATE[sqlstate](message, sqlstate=sqlstate)
     error.__cause__ = exc
     return error
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when the message is empty), for logs."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -45,7 +45,7 @@ import psycopg
 from psycopg import sql
 
 from pgjobq import _client
-from pgjobq._errors import ConfigurationError, JobNotFound, LeaseLost
+from pgjobq._errors import ConfigurationError, JobNotFound, LeaseLost, first_line
 from pgjobq._job import Job
 
 __all__ = ["Handler", "Worker", "WorkerSettings"]
@@ -117,7 +117,7 @@ class _Running:
     """A job handed to a handler thread, not yet acknowledged."""
 
     job: Job
-    future: Future[BaseException | None]
+    future: Future[None]
 
 
 class Worker:
@@ -199,7 +199,7 @@ class Worker:
                 self._disconnect()
                 delay = min(self.settings.reconnect_delay_max, max(0.5, delay * 2))
                 pause = delay * random.uniform(0.8, 1.2)
-                logger.warning("database unavailable (%s); retrying in %.1f s", _first_line(exc), pause)
+                logger.warning("database unavailable (%s); retrying in %.1f s", first_line(exc), pause)
                 self._sleep(pause)
 
     def _step(self) -> None:
@@ -243,16 +243,14 @@ class Worker:
             future = self._pool.submit(self._run_handler, job)
             self._running[job.id] = _Running(job, future)
 
-    def _run_handler(self, job: Job) -> BaseException | None:
-        """Runs on a handler thread: the handler's exception, or None on success."""
+    def _run_handler(self, job: Job) -> None:
+        """Runs on a handler thread: records the handler's exception (None on success) in _finished."""
         try:
             self.handler(job)
         except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
-            outcome: BaseException | None = exc
+            self._finished.append((job, exc))
         else:
-            outcome = None
-        self._finished.append((job, outcome))
-        return outcome
+            self._finished.append((job, None))
 
     def _wait_for_handlers(self) -> None:
         """Sleep until a handler finishes, a heartbeat or an acknowledgement is due, or a poll interval."""
@@ -403,8 +401,3 @@ class Worker:
             self.stop()
 
         return {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
