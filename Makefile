@@ -3,11 +3,20 @@
 #   make install   install the extension into PostgreSQL (PG_CONFIG=... to choose)
 #   make test      install what is missing, lint, then run the whole test suite
 #   make demo      a throwaway PostgreSQL, 1,000 jobs, 4 workers, a live view
+#   make chaos     the full chaos run: 200,000 jobs, 8 workers, faults injected
 #   make lint      ruff and mypy
 
 EXTENSION  = pgjobq
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
 DATA       = $(wildcard sql/$(EXTENSION)--*.sql)
+
+# Concurrency proofs: `make installcheck` runs every spec in
+# tests/isolation/specs with pg_isolation_regress against the server that
+# PGHOST/PGPORT/PGUSER name (tests/test_isolation.py points it at the test
+# server).  Outputs go to ISOLATION_OUTDIR.
+ISOLATION        = $(sort $(basename $(notdir $(wildcard tests/isolation/specs/*.spec))))
+ISOLATION_OUTDIR ?= tests/isolation/output
+ISOLATION_OPTS   = --inputdir=tests/isolation --outputdir=$(ISOLATION_OUTDIR)
 
 # Debian's server pg_config first: /usr/bin/pg_config (libpq-dev) may not know PGXS.
 PG_CONFIG ?= $(firstword $(wildcard /usr/lib/postgresql/*/bin/pg_config) pg_config)
@@ -44,6 +53,10 @@ test: deps venv lint
 demo: deps venv
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) demo/demo.py
+
+chaos: deps venv
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(PY) tests/chaos_harness.py --full
 
 lint: venv
 	$(VENV)/bin/ruff check python tests tools demo

@@ -3,62 +3,15 @@
 from __future__ import annotations
 
 import subprocess
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 from psycopg.errors import Diagnostic
-from psycopg.rows import dict_row
 
+from databases import connect_as, fresh_database, login_role
 from sqlhelpers import Db, scalar
 from throwaway_pg import ThrowawayPostgres
-
-
-def unique_name(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:8]}"
-
-
-@contextmanager
-def login_role(db: Db) -> Iterator[str]:
-    """A new non-superuser LOGIN role, dropped afterwards."""
-    role = unique_name("jobq_role")
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(role)))
-    try:
-        yield role
-    finally:
-        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
-
-
-@contextmanager
-def fresh_database(db: Db, owner: str | None = None) -> Iterator[str]:
-    """A new database from template0 (so without pgjobq), dropped afterwards."""
-    dbname = unique_name("jobq_db")
-    query = sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(dbname))
-    if owner is not None:
-        query += sql.SQL(" OWNER {}").format(sql.Identifier(owner))
-    db.execute(query)
-    try:
-        yield dbname
-    finally:
-        db.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(dbname)))
-
-
-def connect_as(
-    server: ThrowawayPostgres, dbname: str, user: str | None = None
-) -> psycopg.Connection[dict[str, Any]]:
-    return psycopg.connect(
-        host=server.host,
-        port=server.port,
-        user=user or server.user,
-        dbname=dbname,
-        autocommit=True,
-        row_factory=dict_row,
-    )
-
 
 # -- installing ---------------------------------------------------------------
 

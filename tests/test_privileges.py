@@ -1,7 +1,8 @@
-"""Privileges in 0.1.0: nothing for PUBLIC; the README's grants make a producer and a worker role."""
+"""Least privilege: nothing for PUBLIC; producer, worker and admin levels handed out by jobq.grant_*."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -11,73 +12,164 @@ from psycopg import sql
 
 import pgjobq
 
-Db = psycopg.Connection[dict[str, Any]]
-RoleConnect = Callable[[str, str], psycopg.Connection[Any]]
+from sqlhelpers import Db, scalar
 
-# The grants the README documents.
-COMMON_GRANTS = """
-GRANT USAGE ON SCHEMA jobq TO {role};
-GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA jobq TO {role};
-"""
-PRODUCER_GRANTS = """
-GRANT SELECT (id), INSERT ON jobq.jobs TO {role};
-GRANT USAGE ON SEQUENCE jobq.jobs_id_seq TO {role};
-"""
-WORKER_GRANTS = "GRANT SELECT, UPDATE ON jobq.jobs TO {role};"
+LoginRole = Callable[..., tuple[str, psycopg.Connection[Any]]]
+
+# Every way into jobq a role might try, each run in a transaction that is
+# rolled back, so one attempt never changes what the next one sees.
+# {held_id} and {held_lease} name a running job, {other_role} a role to grant to.
+ATTEMPTS: dict[str, str] = {
+    "enqueue": "SELECT jobq.enqueue('emails', '{{}}')",
+    "enqueue_many": "SELECT jobq.enqueue_many('emails', ARRAY['{{}}']::jsonb[])",
+    "claim": "SELECT * FROM jobq.claim('emails', 1, 'w1')",
+    "complete": "SELECT jobq.complete({held_id}, {held_lease})",
+    "complete_many": "SELECT jobq.complete_many(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[])",
+    "fail": "SELECT jobq.fail({held_id}, 'boom', {held_lease})",
+    "heartbeat": "SELECT jobq.heartbeat({held_id}, {held_lease})",
+    "release": "SELECT jobq.release({held_id}, {held_lease})",
+    "channel": "SELECT jobq.channel('emails')",
+    "reap": "SELECT * FROM jobq.reap()",
+    "retry_failed": "SELECT jobq.retry_failed()",
+    "stats": "SELECT * FROM jobq.stats()",
+    "grant_producer": "SELECT jobq.grant_producer({other_role})",
+    "grant_worker": "SELECT jobq.grant_worker({other_role})",
+    "grant_admin": "SELECT jobq.grant_admin({other_role})",
+    "revoke_all": "SELECT jobq.revoke_all({other_role})",
+    "internal function": "SELECT jobq._backoff(1)",
+    "table SELECT": "SELECT count(*) FROM jobq.jobs",
+    "table INSERT": "INSERT INTO jobq.jobs (queue, payload) VALUES ('emails', '{{}}')",
+    "table UPDATE": "UPDATE jobq.jobs SET priority = 1",
+    "table DELETE": "DELETE FROM jobq.jobs",
+    "sequence": "SELECT nextval('jobq.jobs_id_seq')",
+}
+
+PRODUCER = {"enqueue", "enqueue_many", "channel"}
+WORKER = {"claim", "complete", "complete_many", "fail", "heartbeat", "release", "channel"}
+ADMIN = set(ATTEMPTS) - {"grant_producer", "grant_worker", "grant_admin", "revoke_all"}
+
+LEVELS: dict[str, set[str]] = {"none": set(), "producer": PRODUCER, "worker": WORKER, "admin": ADMIN}
 
 
 @pytest.fixture
-def as_role(db: Db, dsn: str) -> Iterator[RoleConnect]:
-    """Creates a login role with the grants given (a template naming {role}) and connects as it."""
+def login_role(db: Db, dsn: str) -> Iterator[LoginRole]:
+    """Creates login roles (optionally given a level) and connects as them; drops them afterwards."""
     created: list[str] = []
     opened: list[psycopg.Connection[Any]] = []
 
-    def connect(role: str, grants: str) -> psycopg.Connection[Any]:
-        role = f"privileges_test_{role}"
+    def create(level: str | None = None, *, autocommit: bool = True) -> tuple[str, psycopg.Connection[Any]]:
+        role = f"jobq_{level or 'role'}_{uuid.uuid4().hex[:8]}"
         db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
         created.append(role)
-        db.execute(sql.SQL(grants).format(role=sql.Identifier(role)))
-        conn = psycopg.connect(dsn, user=role, autocommit=True)
+        if level is not None and level != "none":
+            db.execute(sql.SQL("SELECT jobq.{}(%s)").format(sql.Identifier(f"grant_{level}")), (role,))
+        conn = psycopg.connect(dsn, user=role, autocommit=autocommit)
         opened.append(conn)
-        return conn
+        return role, conn
 
-    yield connect
+    yield create
     for conn in opened:
         conn.close()
     for role in created:
         db.execute(sql.SQL("DROP OWNED BY {0}; DROP ROLE {0}").format(sql.Identifier(role)))
 
 
-def test_public_can_use_nothing_in_jobq(db: Db, as_role: RoleConnect) -> None:
-    stranger = as_role("stranger", "SELECT 1")
+def outcomes(conn: psycopg.Connection[Any], values: dict[str, Any]) -> dict[str, str]:
+    """Tries every entry of ATTEMPTS as conn's role: 'allowed', or 'denied' on SQLSTATE 42501."""
+    seen = {}
+    for name, template in ATTEMPTS.items():
+        try:
+            conn.execute(template.format(**values))
+            seen[name] = "allowed"
+        except psycopg.errors.InsufficientPrivilege:
+            seen[name] = "denied"
+        finally:
+            conn.rollback()
+    return seen
 
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        stranger.execute("SELECT jobq.enqueue('default', '{}')")
-    with pytest.raises(psycopg.errors.InsufficientPrivilege):
-        stranger.execute("SELECT count(*) FROM jobq.jobs")
+
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_each_level_reaches_exactly_its_functions_and_tables(
+    level: str, db: Db, login_role: LoginRole
+) -> None:
+    db.execute("SELECT jobq.enqueue_many('emails', array_fill('{}'::jsonb, ARRAY[3]))")
+    held = db.execute("SELECT id, lease FROM jobq.claim('emails', 1, 'setup')").fetchone()
+    assert held is not None
+    other_role, _ = login_role()
+    _, conn = login_role(level, autocommit=False)
+
+    seen = outcomes(
+        conn, {"held_id": held["id"], "held_lease": held["lease"], "other_role": f"'{other_role}'"}
+    )
+
+    expected = {name: "allowed" if name in LEVELS[level] else "denied" for name in ATTEMPTS}
+    assert seen == expected
 
 
-def test_producer_grants_allow_enqueue_only(db: Db, as_role: RoleConnect) -> None:
-    producer = as_role("producer", COMMON_GRANTS + PRODUCER_GRANTS)
+def test_levels_combine_a_role_can_produce_and_work(db: Db, login_role: LoginRole) -> None:
+    role, conn = login_role("producer")
+    db.execute("SELECT jobq.grant_worker(%s)", (role,))
 
-    pgjobq.enqueue(producer, "emails", {"n": 1})
-    pgjobq.enqueue_many(producer, "emails", [{"n": 2}, {"n": 3}])
+    job_id = pgjobq.enqueue(conn, "emails", {"to": "ada"})
+    (job,) = pgjobq.claim(conn, "emails", 1, "w1")
+    pgjobq.complete(conn, job.id, job.lease)
+
+    assert scalar(db, "SELECT status FROM jobq.jobs WHERE id = %s", (job_id,)) == "done"
+
+
+def test_revoke_all_takes_every_level_back(db: Db, login_role: LoginRole) -> None:
+    role, conn = login_role("admin")
+    db.execute("SELECT jobq.grant_producer(%s), jobq.grant_worker(%s)", (role, role))
+
+    db.execute("SELECT jobq.revoke_all(%s)", (role,))
+
+    acl_entries = scalar(
+        db,
+        """
+        SELECT count(*) FROM (
+            SELECT (aclexplode(proacl)).grantee FROM pg_proc WHERE pronamespace = 'jobq'::regnamespace
+            UNION ALL
+            SELECT (aclexplode(relacl)).grantee FROM pg_class WHERE relnamespace = 'jobq'::regnamespace
+            UNION ALL
+            SELECT (aclexplode(nspacl)).grantee FROM pg_namespace WHERE nspname = 'jobq'
+        ) AS acl WHERE grantee = %s::regrole
+        """,
+        (role,),
+    )
+    assert acl_entries == 0
+    with pytest.raises(pgjobq.PermissionDenied):
+        pgjobq.enqueue(conn, "emails", {})
+
+
+def test_the_python_client_maps_a_missing_level_to_permission_denied(login_role: LoginRole) -> None:
+    _, producer = login_role("producer")
+
     with pytest.raises(pgjobq.PermissionDenied):
         pgjobq.claim(producer, "emails", 1, "sneaky")
 
-    assert db.execute("SELECT count(*) AS n FROM jobq.jobs WHERE status = 'queued'").fetchone() == {"n": 3}
+
+def test_granting_to_an_unknown_role_or_to_public_is_refused(db: Db) -> None:
+    for role in ("no_such_role_anywhere", "public"):
+        with pytest.raises(psycopg.errors.UndefinedObject, match="does not exist"):
+            db.execute("SELECT jobq.grant_producer(%s)", (role,))
 
 
-def test_worker_grants_allow_working_but_not_enqueueing(db: Db, as_role: RoleConnect) -> None:
-    worker = as_role("worker", COMMON_GRANTS + WORKER_GRANTS)
-    db.execute("SELECT jobq.enqueue_many('emails', array_fill('{}'::jsonb, ARRAY[2]))")
+def test_granting_to_null_is_refused_naming_the_role(db: Db) -> None:
+    with pytest.raises(psycopg.errors.NullValueNotAllowed, match="role must not be NULL"):
+        db.execute("SELECT jobq.grant_worker(NULL)")
 
-    first, second = pgjobq.claim(worker, "emails", 2, "w1")
-    pgjobq.heartbeat(worker, first.id, first.lease)
-    pgjobq.complete(worker, first.id, first.lease)
-    pgjobq.fail(worker, second.id, "boom", second.lease)
-    pgjobq.reap(worker)
-    with pytest.raises(pgjobq.PermissionDenied):
-        pgjobq.enqueue(worker, "emails", {})
 
-    assert [s.done for s in pgjobq.stats(worker)] == [1]
+def test_a_role_holding_execute_on_a_helper_still_cannot_hand_out_levels(
+    db: Db, login_role: LoginRole
+) -> None:
+    role, conn = login_role("admin")
+    other_role, _ = login_role()
+    db.execute(
+        sql.SQL(
+            "GRANT EXECUTE ON FUNCTION jobq.grant_admin(regrole),"
+            " jobq._grant_level(regrole, text), jobq._grantee(regrole) TO {}"
+        ).format(sql.Identifier(role))
+    )
+
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="grant or revoke pgjobq privileges"):
+        conn.execute("SELECT jobq.grant_admin(%s)", (other_role,))
