@@ -264,6 +264,48 @@ def test_pg_dump_and_restore_keep_every_job_and_the_id_sequence(
     assert restored_next == original_next
 
 
+def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server: ThrowawayPostgres) -> None:
+    with login_role(db) as producer, login_role(db) as worker:
+        db.execute("SELECT jobq.grant_producer(%s), jobq.grant_worker(%s)", (producer, worker))
+        dump = subprocess.run(
+            [str(pg_server.bindir / "pg_dump"), "--format=custom", "--dbname", dsn],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
+        with fresh_database(db) as restored_name:
+            subprocess.run(
+                [
+                    str(pg_server.bindir / "pg_restore"),
+                    "--exit-on-error",
+                    "--dbname",
+                    pg_server.dsn(restored_name),
+                ],
+                input=dump.stdout,
+                capture_output=True,
+                check=True,
+                timeout=60,
+            )
+            with connect_as(pg_server, restored_name) as restored:
+                privileges = restored.execute(
+                    """
+                    SELECT r.rolname,
+                           has_function_privilege(r.oid, 'jobq.enqueue_many(text, jsonb[], integer,'
+                                                  ' timestamptz, integer)', 'EXECUTE') AS enqueue,
+                           has_function_privilege(r.oid, 'jobq.claim(text, integer, text)',
+                                                  'EXECUTE') AS claim
+                      FROM pg_roles AS r WHERE r.rolname IN (%s, %s) ORDER BY r.rolname = %s DESC
+                    """,
+                    (producer, worker, producer),
+                ).fetchall()
+            db.execute("SELECT jobq.revoke_all(%s), jobq.revoke_all(%s)", (producer, worker))
+
+    assert privileges == [
+        {"rolname": producer, "enqueue": True, "claim": False},
+        {"rolname": worker, "enqueue": False, "claim": True},
+    ]
+
+
 # -- plans ----------------------------------------------------------------------
 
 

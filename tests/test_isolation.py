@@ -34,7 +34,7 @@ def test_isolation_specs_match_their_expected_output(pg_server: ThrowawayPostgre
     # The server's own pg_config, so isolationtester matches the server's version.
     pg_config = pg_server.bindir / "pg_config"
     if _isolation_regress(pg_config) is None:
-        pytest.skip(
+        pytest.fail(
             f"pg_isolation_regress not found for {pg_config} "
             "(Debian: install postgresql-server-dev-15, or run make deps)"
         )
