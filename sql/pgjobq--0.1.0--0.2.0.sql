@@ -27,6 +27,165 @@
  */
 
 ----------------------------------------------------------------------------
+-- Bad input found by tests/test_sql_bad_input.py: three functions replaced
+-- with the same signatures and the same behaviour for good input.
+--   complete_many: a two-dimensional array raised 0A000 from array_position,
+--     naming no argument; now 22023 naming ids or leases.  A NULL element is
+--     reported with its array and position.
+--   reap: a stale interval of thousands of years overflowed the timestamp
+--     (22008); now refused with 22023 naming stale, beyond 10 years.
+--   enqueue_many: a bad element of an array whose subscripts do not start at
+--     1 was named by its ordinal; now by its subscript.
+----------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION jobq.complete_many(ids bigint[], leases bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 50
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF complete_many.ids IS NULL THEN
+        RAISE EXCEPTION 'ids must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF complete_many.leases IS NULL THEN
+        RAISE EXCEPTION 'leases must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF array_ndims(complete_many.ids) > 1 THEN
+        RAISE EXCEPTION 'ids must be a one-dimensional array, got % dimensions', array_ndims(complete_many.ids)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_ndims(complete_many.leases) > 1 THEN
+        RAISE EXCEPTION 'leases must be a one-dimensional array, got % dimensions',
+                        array_ndims(complete_many.leases)
+            USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(complete_many.ids) <> cardinality(complete_many.leases) THEN
+        RAISE EXCEPTION 'ids and leases must have the same length, got % and %',
+                        cardinality(complete_many.ids), cardinality(complete_many.leases)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(complete_many.ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'ids must not contain NULL, found one at ids[%]', array_position(complete_many.ids, NULL)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(complete_many.leases, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'leases must not contain NULL, found one at leases[%]',
+                        array_position(complete_many.leases, NULL)
+            USING ERRCODE = '22023';
+    END IF;
+
+    RETURN QUERY
+    WITH acks AS (
+        SELECT a.id, a.lease FROM unnest(complete_many.ids, complete_many.leases) AS a(id, lease)
+    ), done AS (
+        UPDATE jobq.jobs AS j
+           SET status = 'done', finished_at = statement_timestamp()
+          FROM acks AS a
+         WHERE j.id = a.id AND j.lease = a.lease AND j.status = 'running'
+        RETURNING j.id
+    )
+    -- the outer query sees the rows as they were before "done" ran
+    SELECT acknowledged.id
+      FROM (SELECT d.id FROM done AS d
+            UNION
+            SELECT j.id FROM jobq.jobs AS j JOIN acks AS a ON j.id = a.id AND j.lease = a.lease
+             WHERE j.status = 'done') AS acknowledged
+     ORDER BY acknowledged.id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION jobq.reap(stale interval DEFAULT '60 seconds')
+RETURNS SETOF jobq.jobs
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF reap.stale IS NULL THEN
+        RAISE EXCEPTION 'stale must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF reap.stale <= interval '0' OR reap.stale > interval '10 years' THEN
+        RAISE EXCEPTION 'stale must be a positive interval of at most 10 years, got %', reap.stale
+            USING ERRCODE = '22023';
+    END IF;
+
+    RETURN QUERY
+    WITH expired AS MATERIALIZED (
+        SELECT j.id
+          FROM jobq.jobs AS j
+         WHERE j.status = 'running'
+           AND j.locked_at < statement_timestamp() - reap.stale
+           FOR NO KEY UPDATE SKIP LOCKED
+    ), reaped AS (
+        UPDATE jobq.jobs AS j
+           SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+               run_at      = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+                                  ELSE statement_timestamp() + jobq._backoff(j.attempts) END,
+               finished_at = CASE WHEN j.attempts >= j.max_attempts THEN statement_timestamp() END,
+               last_error  = right(concat_ws(E'\n', j.last_error,
+                                             format('reaped: lease %s of %s went stale', j.lease, j.locked_by)),
+                                   2000)
+          FROM expired
+         WHERE j.id = expired.id
+        RETURNING j.*
+    )
+    SELECT r.* FROM reaped AS r ORDER BY r.id;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION jobq.enqueue_many(
+    queue        text,
+    payloads     jsonb[],
+    priority     integer     DEFAULT 0,
+    run_at       timestamptz DEFAULT pg_catalog.now(),
+    max_attempts integer     DEFAULT 3)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad_position bigint;
+    bad_payload  jsonb;
+    new_ids      bigint[];
+BEGIN
+    PERFORM jobq._check_queue(enqueue_many.queue);
+    IF enqueue_many.payloads IS NULL THEN
+        RAISE EXCEPTION 'payloads must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF array_ndims(enqueue_many.payloads) > 1 THEN
+        RAISE EXCEPTION 'payloads must be a one-dimensional array, got % dimensions',
+                        array_ndims(enqueue_many.payloads)
+            USING ERRCODE = '22023';
+    END IF;
+    -- name the element by the array's own subscript, which need not start at 1
+    SELECT p.position + array_lower(enqueue_many.payloads, 1) - 1, p.payload INTO bad_position, bad_payload
+      FROM unnest(enqueue_many.payloads) WITH ORDINALITY AS p(payload, position)
+     WHERE p.payload IS NULL
+        OR jsonb_typeof(p.payload) <> 'object'
+        OR pg_column_size(p.payload) > 1048576
+     ORDER BY p.position
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM jobq._check_payload(bad_payload, format('payloads[%s]', bad_position));
+    END IF;
+    PERFORM jobq._check_options(enqueue_many.priority, enqueue_many.run_at, enqueue_many.max_attempts);
+
+    WITH inserted AS (
+        INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts)
+        SELECT enqueue_many.queue, p.payload, enqueue_many.priority,
+               enqueue_many.run_at, enqueue_many.max_attempts
+          FROM unnest(enqueue_many.payloads) WITH ORDINALITY AS p(payload, position)
+         ORDER BY p.position
+        RETURNING jobq.jobs.id
+    )
+    -- ids come from one session's sequence in insertion order, so sorting
+    -- them restores the order of payloads
+    SELECT coalesce(array_agg(i.id ORDER BY i.id), '{}') INTO new_ids
+      FROM inserted AS i;
+    RETURN new_ids;
+END
+$$;
+
+----------------------------------------------------------------------------
 -- Producer and worker functions run as the extension's owner: callers need
 -- EXECUTE, not table privileges.
 ----------------------------------------------------------------------------

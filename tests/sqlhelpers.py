@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeAlias
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, TypeAlias
 
 import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 __all__ = [
+    "MARKER_CHANNEL",
     "Connect",
     "Db",
+    "JobsSnapshot",
     "claim_one",
     "enqueue",
     "job",
+    "jobs_snapshot",
+    "listen_to_queues",
     "make_runnable",
     "make_stale",
+    "notifications_before_marker",
+    "queued_rows_unlocked",
+    "record_notices",
     "row_digest",
     "scalar",
     "table_fingerprint",
@@ -86,3 +96,82 @@ def row_digest(db: Db, job_id: int) -> str:
     digest = scalar(db, "SELECT md5(j::text) FROM jobq.jobs AS j WHERE j.id = %s", (job_id,))
     assert isinstance(digest, str)
     return digest
+
+
+class JobsSnapshot(NamedTuple):
+    """Every row of jobq.jobs with every column, in id order, and where the id sequence stands."""
+
+    rows: list[dict[str, Any]]
+    sequence: dict[str, Any]
+
+
+def jobs_snapshot(conn: psycopg.Connection[Any]) -> JobsSnapshot:
+    """All of jobq.jobs and its id sequence: equal snapshots mean nothing changed, not even an id spent."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute("SELECT j.* FROM jobq.jobs AS j ORDER BY j.id").fetchall()
+        sequence = cur.execute("SELECT s.last_value, s.is_called FROM jobq.jobs_id_seq AS s").fetchone()
+    assert sequence is not None
+    return JobsSnapshot(rows, sequence)
+
+
+# The channel notifications_before_marker sends its marker on; listen_to_queues listens on it.
+MARKER_CHANNEL = "pgjobq_test_marker"
+
+
+def listen_to_queues(conn: psycopg.Connection[Any], queues: Iterable[str]) -> None:
+    """LISTEN, on an autocommit connection, on jobq_<queue> for every queue, and on the marker channel.
+
+    The names need not be valid queue names: a channel is any identifier, so a test can listen where a
+    bad name would have notified.
+    """
+    assert conn.autocommit, "LISTEN takes effect at commit: use an autocommit connection"
+    for channel in [MARKER_CHANNEL, *(f"jobq_{queue}" for queue in queues)]:
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+
+
+def notifications_before_marker(
+    listener: psycopg.Connection[Any], sender: psycopg.Connection[Any], timeout: float = 10.0
+) -> list[tuple[str, str]]:
+    """The (channel, payload) of every notification listener receives before a marker that sender sends now.
+
+    Notifications reach a listener in the order their transactions committed, so anything committed
+    before this call arrives before the marker: no waiting on a guess.  listener must have run
+    listen_to_queues; sender must be in autocommit mode.
+    """
+    assert sender.autocommit, "a notification is only delivered at commit: use an autocommit sender"
+    token = uuid.uuid4().hex
+    sender.execute("SELECT pg_catalog.pg_notify(%s, %s)", (MARKER_CHANNEL, token))
+    heard: list[tuple[str, str]] = []
+    for notify in listener.notifies(timeout=timeout):
+        if notify.channel == MARKER_CHANNEL:
+            if notify.payload == token:
+                return heard
+            continue  # a marker of an earlier call
+        heard.append((notify.channel, notify.payload))
+    raise AssertionError(f"the marker notification did not arrive within {timeout} s; heard {heard}")
+
+
+def queued_rows_unlocked(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """(queued jobs, queued jobs that no transaction holds a row lock on), seen from conn.
+
+    FOR UPDATE conflicts with every row lock, so SKIP LOCKED leaves out each row another transaction
+    has locked in any mode.
+    """
+    row = conn.execute(
+        "SELECT (SELECT count(*) FROM jobq.jobs WHERE status = 'queued') AS queued,"
+        " (SELECT count(*) FROM (SELECT 1 FROM jobq.jobs WHERE status = 'queued'"
+        "  FOR UPDATE SKIP LOCKED) AS free) AS unlocked"
+    ).fetchone()
+    assert row is not None
+    queued, unlocked = row.values() if isinstance(row, dict) else row
+    return int(queued), int(unlocked)
+
+
+def record_notices(conn: psycopg.Connection[Any]) -> list[str]:
+    """A list that collects the primary message of every notice conn receives from now on.
+
+    Notices are sent as they are raised, so they survive the rollback of a failed statement.
+    """
+    notices: list[str] = []
+    conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+    return notices

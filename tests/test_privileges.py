@@ -28,10 +28,16 @@ ATTEMPTS: dict[str, str] = {
     "fail": "SELECT jobq.fail({held_id}, 'boom', {held_lease})",
     "heartbeat": "SELECT jobq.heartbeat({held_id}, {held_lease})",
     "release": "SELECT jobq.release({held_id}, {held_lease})",
+    "complete_and_claim": (
+        "SELECT * FROM jobq.complete_and_claim(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[],"
+        " 'emails', 1, 'w1')"
+    ),
     "channel": "SELECT jobq.channel('emails')",
     "reap": "SELECT * FROM jobq.reap()",
     "retry_failed": "SELECT jobq.retry_failed()",
     "stats": "SELECT * FROM jobq.stats()",
+    "purge": "SELECT jobq.purge('1 day')",
+    "health": "SELECT * FROM jobq.health",
     "grant_producer": "SELECT jobq.grant_producer({other_role})",
     "grant_worker": "SELECT jobq.grant_worker({other_role})",
     "grant_admin": "SELECT jobq.grant_admin({other_role})",
@@ -45,7 +51,10 @@ ATTEMPTS: dict[str, str] = {
 }
 
 PRODUCER = {"enqueue", "enqueue_many", "channel"}
-WORKER = {"claim", "complete", "complete_many", "fail", "heartbeat", "release", "channel"}
+WORKER = {
+    *("claim", "complete", "complete_many", "complete_and_claim"),
+    *("fail", "heartbeat", "release", "channel"),
+}
 ADMIN = set(ATTEMPTS) - {"grant_producer", "grant_worker", "grant_admin", "revoke_all"}
 
 LEVELS: dict[str, set[str]] = {"none": set(), "producer": PRODUCER, "worker": WORKER, "admin": ADMIN}

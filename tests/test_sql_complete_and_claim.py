@@ -1,0 +1,99 @@
+"""jobq.complete_and_claim: acknowledge finished jobs and claim the next ones in one statement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from sqlhelpers import Db, make_stale, scalar
+
+
+def complete_and_claim(db: Db, acks: list[tuple[int, int]], n: int, queue: str = "default") -> list[Any]:
+    ids = [job_id for job_id, _ in acks]
+    leases = [lease for _, lease in acks]
+    return db.execute(
+        "SELECT id, status, lease FROM jobq.complete_and_claim(%s::bigint[], %s::bigint[], %s, %s, 'w1')",
+        (ids, leases, queue, n),
+    ).fetchall()
+
+
+def fill(db: Db, count: int, queue: str = "default") -> list[int]:
+    ids = scalar(db, "SELECT jobq.enqueue_many(%s, array_fill('{}'::jsonb, ARRAY[%s]))", (queue, count))
+    assert isinstance(ids, list)
+    return ids
+
+
+def test_with_nothing_to_acknowledge_it_claims_like_claim(db: Db) -> None:
+    first, second, _ = fill(db, 3)
+
+    rows = complete_and_claim(db, [], 2)
+
+    assert rows == [
+        {"id": first, "status": "running", "lease": 1},
+        {"id": second, "status": "running", "lease": 1},
+    ]
+
+
+def test_acknowledged_jobs_come_first_as_done_then_the_claimed_ones_as_running(db: Db) -> None:
+    first, second, third, fourth = fill(db, 4)
+    complete_and_claim(db, [], 2)
+
+    rows = complete_and_claim(db, [(first, 1), (second, 1)], 2)
+
+    assert rows == [
+        {"id": first, "status": "done", "lease": 1},
+        {"id": second, "status": "done", "lease": 1},
+        {"id": third, "status": "running", "lease": 1},
+        {"id": fourth, "status": "running", "lease": 1},
+    ]
+
+
+def test_a_stale_lease_is_left_out_and_the_job_is_not_completed(db: Db) -> None:
+    (job_id,) = fill(db, 1)
+    complete_and_claim(db, [], 1)
+    make_stale(db, job_id)
+    db.execute("SELECT * FROM jobq.reap('1 minute')")
+
+    rows = complete_and_claim(db, [(job_id, 1)], 1)
+
+    assert rows == []
+    assert scalar(db, "SELECT status FROM jobq.jobs WHERE id = %s", (job_id,)) == "queued"
+
+
+def test_a_refused_claim_acknowledges_nothing(db: Db) -> None:
+    (job_id,) = fill(db, 1)
+    complete_and_claim(db, [], 1)
+
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="queue must be"):
+        complete_and_claim(db, [(job_id, 1)], 1, queue="Not A Queue")
+
+    assert scalar(db, "SELECT status FROM jobq.jobs WHERE id = %s", (job_id,)) == "running"
+
+
+@pytest.mark.parametrize(
+    ("ids", "leases", "n", "sqlstate", "message"),
+    [
+        (None, [], 1, "22004", "ids must not be NULL"),
+        ([], None, 1, "22004", "leases must not be NULL"),
+        ([1, 2], [1], 1, "22023", "ids and leases must have the same length"),
+        ([], [], 0, "22023", "n must be between 1 and 1000"),
+        ([], [], 1001, "22023", "n must be between 1 and 1000"),
+        ([], [], None, "22004", "n must not be NULL"),
+    ],
+    ids=["null ids", "null leases", "lengths differ", "n zero", "n huge", "n null"],
+)
+def test_bad_arguments_are_refused_naming_the_argument(
+    db: Db, ids: list[int] | None, leases: list[int] | None, n: int | None, sqlstate: str, message: str
+) -> None:
+    fill(db, 1)
+
+    with pytest.raises(psycopg.Error, match=message) as raised:
+        db.execute(
+            "SELECT * FROM jobq.complete_and_claim(%s::bigint[], %s::bigint[], 'default', %s, 'w1')",
+            (ids, leases, n),
+        )
+
+    assert raised.value.sqlstate == sqlstate
+    assert scalar(db, "SELECT count(*) FROM jobq.jobs WHERE status = 'queued'") == 1
