@@ -71,3 +71,31 @@ def fail_on_multiples_of_seven(job: Job) -> None:
     n = int(job.payload["n"])
     if n % 7 == 0:
         raise RuntimeError(f"n={n} is a multiple of 7")
+
+
+__all__ += ["raise_base_exception", "record_without_prepared_statements"]
+
+
+def raise_base_exception(job: Job) -> None:
+    """Records, then raises the BaseException named by payload["raise"] (SystemExit,
+    KeyboardInterrupt), if any."""
+    _record(job)
+    name = job.payload.get("raise")
+    if name == "SystemExit":
+        raise SystemExit(f"job {job.payload['n']} asked to exit")
+    if name == "KeyboardInterrupt":
+        raise KeyboardInterrupt(f"job {job.payload['n']} interrupted")
+
+
+@functools.cache
+def _unprepared_connection() -> psycopg.Connection[tuple[object, ...]]:
+    # Behind a transaction-pooling PgBouncer (< 1.21) prepared statements break.
+    return psycopg.connect(os.environ["PGJOBQ_DSN"], autocommit=True, prepare_threshold=None)
+
+
+def record_without_prepared_statements(job: Job) -> None:
+    """Like record, on a connection that never prepares statements (for PgBouncer)."""
+    _unprepared_connection().execute(
+        "INSERT INTO executions (job_id, lease, pid, finished) VALUES (%s, %s, %s, true)",
+        (job.id, job.lease, os.getpid()),
+    )

@@ -157,7 +157,26 @@ def load_handler(spec: str) -> Handler:
     show_envvar=True,
     default=True,
     show_default=True,
-    help="Wake on NOTIFY (polling always runs underneath).",
+    help="Wake on NOTIFY (polling always runs underneath; a probe at each connect checks that "
+    "notifications arrive, and the worker falls back to polling when they do not).",
+)
+@click.option(
+    "--prepared-statements/--no-prepared-statements",
+    envvar="PGJOBQ_PREPARED_STATEMENTS",
+    show_envvar=True,
+    default=True,
+    show_default=True,
+    help="Let psycopg prepare statements it runs often. Turn off behind PgBouncer in transaction "
+    "pooling mode before 1.21, where prepared statements do not survive from one transaction to the next.",
+)
+@click.option(
+    "--reconnect-delay-max",
+    envvar="PGJOBQ_RECONNECT_DELAY_MAX",
+    show_envvar=True,
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Longest wait, in seconds, between attempts to reach the database (the wait doubles from 0.5 s).",
 )
 @click.option(
     "--name",
@@ -186,6 +205,8 @@ def worker(
     heartbeat_interval: float | None,
     reap_interval: float,
     listen: bool,
+    prepared_statements: bool,
+    reconnect_delay_max: float,
     name: str | None,
     log_level: str,
 ) -> None:
@@ -203,7 +224,8 @@ def worker(
         settings = WorkerSettings(
             queue=queue, batch=batch, concurrency=concurrency, poll_interval=poll_interval,
             lease_timeout=lease_timeout, heartbeat_interval=heartbeat_interval,
-            reap_interval=reap_interval, listen=listen, burst=burst, **options,
+            reap_interval=reap_interval, listen=listen, burst=burst,
+            prepared_statements=prepared_statements, reconnect_delay_max=reconnect_delay_max, **options,
         )  # fmt: skip
         runner = Worker(dsn, function, settings)
         runner.run()

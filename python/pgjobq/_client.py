@@ -60,13 +60,113 @@ def _fetch(conn: Conn, name: str, params: Mapping[str, Any] | None = None) -> li
 
 
 def dump_payload(payload: Mapping[str, Any], argument: str = "payload") -> str:
-    """payload as JSON text; InvalidArgument before any SQL when it is not a JSON object."""
+    """payload as JSON text; InvalidArgument, before any SQL, unless jsonb can store it unchanged.
+
+    Refused: anything but a mapping; values json cannot encode (datetime,
+    bytes, sets, other objects, NaN and infinities, circular references);
+    keys that are not strings (json would silently turn 1 into "1"); the
+    character U+0000 and lone surrogates, which PostgreSQL's jsonb cannot
+    store.  The size limit (1 MiB of jsonb) is the database's to judge: the
+    JSON text's length does not tell it.
+    """
     if not isinstance(payload, Mapping):
         raise InvalidArgument(f"{argument} must be a mapping (a JSON object), got {type(payload).__name__}")
     try:
-        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidArgument(f"{argument} is not serialisable as JSON: {exc}") from exc
+    # json escapes U+0000 as \u0000 and leaves lone surrogates as they are, so
+    # the text says cheaply whether any string needs a closer look.
+    suspicious = "\\u0000" in text or not _encodable(text)
+    problem = _unstorable(payload, argument, strings=suspicious)
+    if problem is not None:
+        raise InvalidArgument(problem)
+    return text
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unstorable(value: object, path: str, *, strings: bool) -> str | None:
+    """Why jsonb would not store value (found at path) as given, or None.
+
+    Object keys are always checked; strings only when ``strings``.  Runs
+    after json.dumps accepted value, so it is acyclic and of JSON types.
+    """
+    if isinstance(value, str):
+        if not strings:
+            return None
+        if "\x00" in value:
+            return f"{path} contains the character U+0000, which PostgreSQL's jsonb cannot store"
+        if not _encodable(value):
+            return f"{path} contains a lone surrogate, which is not valid Unicode"
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"{path} has a key that is not a string: {key!r} (JSON keys are strings)"
+            problem = _unstorable(key, f"a key of {path}", strings=strings) or _unstorable(
+                item, f"{path}[{key!r}]", strings=strings
+            )
+            if problem is not None:
+                return problem
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            problem = _unstorable(item, f"{path}[{index}]", strings=strings)
+            if problem is not None:
+                return problem
+    return None
+
+
+# Argument checks made before any SQL: a value of the wrong Python type would
+# otherwise reach PostgreSQL as a type no jobq function takes, and come back
+# as an "function does not exist" error that names nothing.  The values'
+# domains (queue names, ranges) are the database's to check.
+
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _integer(name: str, value: object, bounds: tuple[int, int] = _INT32) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be an integer, got {type(value).__name__}")
+    if not bounds[0] <= value <= bounds[1]:
+        bits = 32 if bounds == _INT32 else 64
+        raise InvalidArgument(f"{name} must be a {bits}-bit integer, got {value}")
+    return value
+
+
+def _bigint(name: str, value: object) -> int:
+    return _integer(name, value, _INT64)
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _moment(name: str, value: object) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidArgument(f"{name} must be a datetime or None, got {type(value).__name__}")
+    if value.utcoffset() is None:
+        raise InvalidArgument(
+            f"{name} must be timezone-aware, got the naive {value.isoformat()} "
+            "(the database would read it in its own TimeZone)"
+        )
+    return value
+
+
+def _held(job_id: object, lease: object) -> dict[str, int]:
+    """The parameters naming one claim of a job."""
+    return {"id": _bigint("id", job_id), "lease": _bigint("lease", lease)}
 
 
 def enqueue(
@@ -80,14 +180,16 @@ def enqueue(
 ) -> int:
     """Enqueue one job in conn's current transaction; return its id.
 
-    run_at None means now (the database's clock).
+    run_at None means now (the database's clock); otherwise it must be
+    timezone-aware.  Arguments of the wrong type and payloads jsonb cannot
+    store raise InvalidArgument before any SQL is sent.
     """
     params = {
-        "queue": queue,
+        "queue": _text("queue", queue),
         "payload": dump_payload(payload),
-        "priority": priority,
-        "run_at": run_at,
-        "max_attempts": max_attempts,
+        "priority": _integer("priority", priority),
+        "run_at": _moment("run_at", run_at),
+        "max_attempts": _integer("max_attempts", max_attempts),
     }
     return int(_fetch(conn, "enqueue", params)[0][0])
 
@@ -101,14 +203,19 @@ def enqueue_many(
     run_at: datetime | None = None,
     max_attempts: int = 3,
 ) -> list[int]:
-    """Enqueue many jobs in one statement; return their ids in the order of payloads."""
-    dumped = [dump_payload(p, f"payloads[{i}]") for i, p in enumerate(payloads, start=1)]
+    """Enqueue many jobs in one statement; return their ids in the order of payloads.
+
+    All or nothing: a bad element (named payloads[i], counting from 1, as the
+    database does) raises before anything is inserted.
+    """
+    if isinstance(payloads, (Mapping, str, bytes)):
+        raise InvalidArgument(f"payloads must be an iterable of mappings, got {type(payloads).__name__}")
     params = {
-        "queue": queue,
-        "payloads": dumped,
-        "priority": priority,
-        "run_at": run_at,
-        "max_attempts": max_attempts,
+        "queue": _text("queue", queue),
+        "payloads": [dump_payload(p, f"payloads[{i}]") for i, p in enumerate(payloads, start=1)],
+        "priority": _integer("priority", priority),
+        "run_at": _moment("run_at", run_at),
+        "max_attempts": _integer("max_attempts", max_attempts),
     }
     return [int(i) for i in _fetch(conn, "enqueue_many", params)[0][0]]
 
@@ -116,12 +223,13 @@ def enqueue_many(
 def claim(conn: Conn, queue: str, n: int, worker: str) -> list[Job]:
     """Claim up to n runnable jobs of queue for worker."""
     with translated(), conn.cursor(row_factory=class_row(Job)) as cur:
-        return cur.execute(query("claim"), {"queue": queue, "n": n, "worker": worker}).fetchall()
+        params = {"queue": _text("queue", queue), "n": _integer("n", n), "worker": _text("worker", worker)}
+        return cur.execute(query("claim"), params).fetchall()
 
 
 def complete(conn: Conn, job_id: int, lease: int) -> None:
     """Mark a running job done; LeaseLost if the lease is no longer current."""
-    _fetch(conn, "complete", {"id": job_id, "lease": lease})
+    _fetch(conn, "complete", _held(job_id, lease))
 
 
 def complete_many(conn: Conn, acks: Sequence[tuple[int, int]]) -> set[int]:
@@ -129,24 +237,26 @@ def complete_many(conn: Conn, acks: Sequence[tuple[int, int]]) -> set[int]:
 
     Pairs missing from the result had a stale lease (or an unknown id).
     """
-    params = {"ids": [a[0] for a in acks], "leases": [a[1] for a in acks]}
+    pairs = [_held(job_id, lease) for job_id, lease in acks]
+    params = {"ids": [p["id"] for p in pairs], "leases": [p["lease"] for p in pairs]}
     return {int(r[0]) for r in _fetch(conn, "complete_many", params)}
 
 
 def fail(conn: Conn, job_id: int, error: str, lease: int) -> tuple[str, datetime]:
     """Record a failure; return the job's new status (queued or failed) and run_at."""
-    status, run_at = _fetch(conn, "fail", {"id": job_id, "error": error, "lease": lease})[0]
+    params = {**_held(job_id, lease), "error": _text("error", error)}
+    status, run_at = _fetch(conn, "fail", params)[0]
     return str(status), run_at
 
 
 def heartbeat(conn: Conn, job_id: int, lease: int) -> None:
     """Extend a running job's lease; LeaseLost if it is no longer current."""
-    _fetch(conn, "heartbeat", {"id": job_id, "lease": lease})
+    _fetch(conn, "heartbeat", _held(job_id, lease))
 
 
 def release(conn: Conn, job_id: int, lease: int) -> None:
     """Hand a claimed, unstarted job back to its queue without counting the attempt."""
-    _fetch(conn, "release", {"id": job_id, "lease": lease})
+    _fetch(conn, "release", _held(job_id, lease))
 
 
 def reap(conn: Conn, stale: timedelta = timedelta(seconds=60)) -> list[tuple[int, str, str]]:
@@ -158,13 +268,16 @@ def reap(conn: Conn, stale: timedelta = timedelta(seconds=60)) -> list[tuple[int
 
 def retry_failed(conn: Conn, queue: str | None = None, ids: Sequence[int] | None = None) -> list[int]:
     """Redrive failed jobs (of queue, among ids, when given) to queued; return their ids."""
-    params = {"queue": queue, "ids": list(ids) if ids is not None else None}
+    params = {
+        "queue": None if queue is None else _text("queue", queue),
+        "ids": None if ids is None else [_bigint("ids[]", i) for i in ids],
+    }
     return [int(r[0]) for r in _fetch(conn, "retry_failed", params)]
 
 
 def channel(conn: Conn, queue: str) -> str:
     """The notification channel of queue."""
-    return str(_fetch(conn, "channel", {"queue": queue})[0][0])
+    return str(_fetch(conn, "channel", {"queue": _text("queue", queue)})[0][0])
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,14 @@ connections.  The loop:
   ``ack_interval``;
 - heartbeats the jobs in hand every ``heartbeat_interval``, so the reaper
   leaves long jobs alone;
-- runs ``jobq.reap`` every ``reap_interval``;
+- runs ``jobq.reap`` every ``reap_interval`` (if its role may not, it says
+  so once and leaves reaping to an admin-level role);
 - with nothing to do, waits on LISTEN for a notification or
   ``poll_interval``, whichever comes first: a lost notification costs at
-  most one poll interval;
+  most one poll interval.  LISTEN is not trusted blindly: after each
+  (re)connect the worker sends itself a probe notification and, when it does
+  not arrive (a transaction-pooling PgBouncer hands LISTEN to a server
+  connection this client never sees again), says so once and only polls;
 - on ``stop()`` (SIGTERM/SIGINT under ``run``): claims nothing more, hands
   claimed-but-unstarted jobs back (``jobq.release``), lets the running ones
   finish, acknowledges them, and returns;
@@ -26,27 +30,31 @@ connections.  The loop:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
 import random
 import signal
 import socket
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
-from typing import Any
+from typing import Any, TypeGuard
 
 import psycopg
 from psycopg import sql
 
 from pgjobq import _client
-from pgjobq._errors import ConfigurationError, JobNotFound, LeaseLost, first_line
+from pgjobq._errors import ConfigurationError, JobNotFound, LeaseLost, PermissionDenied, first_line
 from pgjobq._job import Job
+from pgjobq._queries import query
 
 __all__ = ["Handler", "Worker", "WorkerSettings"]
 
@@ -54,9 +62,31 @@ logger = logging.getLogger("pgjobq.worker")
 
 Handler = Callable[[Job], object]
 
+# The probe that checks LISTEN works: the listening connection also listens
+# on a channel of its own (this prefix and a random token, so that no other
+# listener ever sees the probe), the work connection notifies it, and the
+# notification must arrive within PROBE_TIMEOUT seconds.
+PROBE_CHANNEL_PREFIX = "pgjobq_probe_"
+PROBE_TIMEOUT = 1.5
+
+
+def _ignore(notify: psycopg.Notify) -> None:
+    """A notification handler that drops what it gets."""
+
 
 def default_worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+_DAY = 86400  # upper bound of every interval setting
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -66,6 +96,15 @@ class WorkerSettings:
     ``lease_timeout`` is the stale interval the worker passes to
     ``jobq.reap``: a running job whose lease is older goes back to its queue.
     ``heartbeat_interval`` defaults to a quarter of it.
+
+    ``prepared_statements=False`` stops psycopg from preparing the statements
+    it runs often (``prepare_threshold=None``).  Turn it off behind PgBouncer
+    in transaction pooling mode before version 1.21: a statement prepared on
+    one server connection is missing on the next one a transaction gets.
+
+    Nonsense (a count below 1, a non-finite or non-positive interval, a
+    heartbeat no shorter than the lease) raises ConfigurationError here,
+    before the database is touched.
     """
 
     queue: str = "default"
@@ -78,34 +117,43 @@ class WorkerSettings:
     listen: bool = True
     burst: bool = False
     name: str = field(default_factory=default_worker_name)
-    reconnect_delay_max: float = 30.0
+    reconnect_delay_max: float = 10.0
     ack_interval: float = 0.005
+    prepared_statements: bool = True
 
     def __post_init__(self) -> None:
         def require(ok: bool, message: str) -> None:
             if not ok:
                 raise ConfigurationError(message)
 
-        require(1 <= self.batch <= 1000, f"batch must be between 1 and 1000, got {self.batch}")
-        require(
-            1 <= self.concurrency <= 1000, f"concurrency must be between 1 and 1000, got {self.concurrency}"
-        )
-        require(self.poll_interval > 0, f"poll_interval must be positive, got {self.poll_interval}")
-        require(self.lease_timeout > 0, f"lease_timeout must be positive, got {self.lease_timeout}")
+        def count(name: str, high: int) -> None:
+            value = getattr(self, name)
+            require(_is_int(value), f"{name} must be an integer, got {value!r}")
+            require(1 <= value <= high, f"{name} must be between 1 and {high}, got {value}")
+
+        def seconds(name: str, value: object, *, zero: bool = False) -> None:
+            number = float(value) if _is_number(value) else math.nan
+            low_ok = number >= 0 if zero else number > 0
+            require(
+                low_ok and number <= _DAY,  # NaN fails both comparisons
+                f"{name} must be {'at least 0' if zero else 'positive'} and at most {_DAY} seconds, "
+                f"got {value!r}",
+            )
+
+        require(isinstance(self.queue, str), f"queue must be a string, got {self.queue!r}")
+        count("batch", 1000)
+        count("concurrency", 1000)
+        for name in ("poll_interval", "lease_timeout", "reap_interval", "reconnect_delay_max"):
+            seconds(name, getattr(self, name))
+        seconds("heartbeat_interval", self.heartbeat_seconds)
         require(
             self.heartbeat_seconds < self.lease_timeout,
             f"heartbeat_interval ({self.heartbeat_seconds}) must be shorter than "
             f"lease_timeout ({self.lease_timeout})",
         )
-        require(
-            self.heartbeat_seconds > 0, f"heartbeat_interval must be positive, got {self.heartbeat_seconds}"
-        )
-        require(self.reap_interval > 0, f"reap_interval must be positive, got {self.reap_interval}")
-        require(0 < len(self.name) <= 200, "name must be 1 to 200 characters")
-        require(self.reconnect_delay_max > 0, "reconnect_delay_max must be positive")
-        require(
-            0 <= self.ack_interval < self.heartbeat_seconds, "ack_interval must be shorter than a heartbeat"
-        )
+        seconds("ack_interval", self.ack_interval, zero=True)
+        require(self.ack_interval < self.heartbeat_seconds, "ack_interval must be shorter than a heartbeat")
+        require(isinstance(self.name, str) and 0 < len(self.name) <= 200, "name must be 1 to 200 characters")
 
     @property
     def heartbeat_seconds(self) -> float:
@@ -149,6 +197,8 @@ class Worker:
         self._next_heartbeat = 0.0
         self._next_reap = 0.0
         self._drained = False  # burst mode: the queue had no runnable job
+        self._poll_only = False  # the LISTEN probe failed on this connection: poll until reconnected
+        self._may_reap = True  # False once jobq.reap was refused to this role
 
     # -- public API -----------------------------------------------------------
 
@@ -193,12 +243,14 @@ class Worker:
         while self._stop_requests < 2 and (self._in_hand() or not (self.stopping or self._drained)):
             try:
                 self._connect()
-                delay = 0.0
                 self._step()
+                delay = 0.0  # only a step that worked ends the backoff, not a connection alone
             except psycopg.OperationalError as exc:
                 self._disconnect()
+                # Doubling from 0.5 s up to the cap, less up to a quarter at
+                # random so that a fleet of workers does not retry in step.
                 delay = min(self.settings.reconnect_delay_max, max(0.5, delay * 2))
-                pause = delay * random.uniform(0.8, 1.2)
+                pause = delay * random.uniform(0.75, 1.0)
                 logger.warning("database unavailable (%s); retrying in %.1f s", first_line(exc), pause)
                 self._sleep(pause)
 
@@ -360,29 +412,87 @@ class Worker:
                                job.id, job.lease)  # fmt: skip
 
     def _reap(self) -> None:
+        """Run jobq.reap, unless this worker's role was refused it: then say so once and stop trying.
+
+        A worker-level role (jobq.grant_worker) may not reap; an admin-level
+        role or a scheduled ``SELECT jobq.reap()`` must do it instead.
+        """
         assert self._conn is not None
+        if not self._may_reap:
+            return
         stale = timedelta(seconds=self.settings.lease_timeout)
-        for job_id, queue, status in _client.reap(self._conn, stale):
+        try:
+            reaped = _client.reap(self._conn, stale)
+        except PermissionDenied as exc:
+            self._may_reap = False
+            logger.warning(
+                "not reaping: jobq.reap was refused to this worker's role (%s); reaping is left to an "
+                "admin-level role or a scheduled SELECT jobq.reap()",
+                first_line(exc),
+            )
+            return
+        for job_id, queue, status in reaped:
             logger.warning("reaped job %d of queue %s: its lease went stale; now %s", job_id, queue, status)
 
     # -- connections --------------------------------------------------------
 
     def _connect(self) -> None:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.conninfo, autocommit=True, application_name=self._app_name())
+            self._conn = self._open("worker")
+            # Behind a transaction-pooling PgBouncer a LISTEN left on a shared
+            # server connection can deliver notifications here; drop them
+            # (psycopg would otherwise keep them for a notifies() never called).
+            self._conn.add_notify_handler(_ignore)
             self._next_heartbeat = 0.0
-        if self.settings.listen and (self._listen_conn is None or self._listen_conn.closed):
-            self._listen_conn = psycopg.connect(
-                self.conninfo, autocommit=True, application_name=self._app_name("listen")
-            )
+        if (
+            self.settings.listen
+            and not self._poll_only
+            and (self._listen_conn is None or self._listen_conn.closed)
+        ):
+            self._listen_conn = self._open("listen")
             channel = _client.channel(self._listen_conn, self.settings.queue)
-            self._listen_conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            if self._notifications_arrive():
+                # Notifications sent before this LISTEN are not missed: a claim follows every connect.
+                self._listen_conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            else:
+                logger.warning(
+                    "notifications do not reach this worker's listening connection (a "
+                    "transaction-pooling PgBouncer?); not listening on %s, polling every %s s instead",
+                    channel,
+                    self.settings.poll_interval,
+                )
+                self._listen_conn.close()
+                self._listen_conn = None
+                self._poll_only = True
+
+    def _notifications_arrive(self) -> bool:
+        """Whether a probe notification sent from the work connection reaches the listening one.
+
+        The probe goes to a channel of its own, so no other listener sees it.
+        """
+        assert self._conn is not None and self._listen_conn is not None
+        probe = f"{PROBE_CHANNEL_PREFIX}{uuid.uuid4().hex}"
+        self._listen_conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(probe)))
+        self._conn.execute(query("probe_notify"), {"channel": probe})
+        with contextlib.closing(self._listen_conn.notifies(timeout=PROBE_TIMEOUT)) as notifies:
+            arrived = any(n.channel == probe for n in notifies)
+        if arrived:
+            self._listen_conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(probe)))
+            logger.debug("LISTEN works here: the probe notification arrived")
+        return arrived
+
+    def _open(self, role: str) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self.conninfo, autocommit=True, application_name=self._app_name(role))
+        if not self.settings.prepared_statements:
+            conn.prepare_threshold = None
+        return conn
 
     def _disconnect(self) -> None:
         for conn in (self._conn, self._listen_conn):
             if conn is not None:
                 conn.close()
         self._conn = self._listen_conn = None
+        self._poll_only = False  # the next connection gets its own probe
 
     def _app_name(self, role: str = "worker") -> str:
         return f"pgjobq {role} {self.settings.name}"[:63]

@@ -42,3 +42,7 @@ SELECT jobq.channel(%(queue)s)
 
 -- name: release
 SELECT jobq.release(%(id)s, %(lease)s)
+
+-- name: probe_notify
+-- the worker's LISTEN probe: notifies a channel of its own listening connection
+SELECT pg_notify(%(channel)s, '')
