@@ -152,7 +152,8 @@ CREATE VIEW jobq.health AS
               FROM pg_catalog.pg_stat_activity AS a
              WHERE a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()) AS oldest_transaction_age,
            (SELECT pg_catalog.max(pg_catalog.age(a.backend_xmin))
-              FROM pg_catalog.pg_stat_activity AS a) AS oldest_xmin_age
+              FROM pg_catalog.pg_stat_activity AS a
+             WHERE a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()) AS oldest_xmin_age
       FROM pg_catalog.pg_stat_user_tables AS s
      WHERE s.relid OPERATOR(pg_catalog.=) 'jobq.jobs'::pg_catalog.regclass;
 COMMENT ON VIEW jobq.health IS
@@ -168,7 +169,7 @@ COMMENT ON COLUMN jobq.health.total_bytes IS 'jobq.jobs with its indexes and TOA
 COMMENT ON COLUMN jobq.health.last_vacuum IS 'The last vacuum of jobq.jobs, manual or automatic.';
 COMMENT ON COLUMN jobq.health.last_analyze IS 'The last analyze of jobq.jobs, manual or automatic.';
 COMMENT ON COLUMN jobq.health.oldest_transaction_age IS 'Age of the oldest open transaction of another session; vacuum cannot clear rows it may still see.';
-COMMENT ON COLUMN jobq.health.oldest_xmin_age IS 'In transactions: how far the oldest snapshot holds back vacuum.';
+COMMENT ON COLUMN jobq.health.oldest_xmin_age IS 'In transactions: how far the oldest snapshot of another session holds back vacuum.';
 
 ----------------------------------------------------------------------------
 -- Access levels: the worker level gains complete_and_claim; admin gains

@@ -74,6 +74,28 @@ def test_stats_counts_jobs_per_queue_and_status(dsn: str, db: Db) -> None:
     assert emails["oldest_queued_age_seconds"] >= 0
 
 
+def test_purge_deletes_old_done_jobs_and_says_how_many(dsn: str, db: Db) -> None:
+    db.execute("SELECT jobq.enqueue_many('emails', array_fill('{}'::jsonb, ARRAY[2]))")
+    db.execute("SELECT jobq.complete(id, lease) FROM jobq.claim('emails', 2, 'w')")
+
+    result = run_cli(dsn, "purge", PGJOBQ_OLDER_THAN="0")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "2 job(s) deleted\n"
+    assert count(db) == 0
+
+
+def test_health_prints_the_health_view_as_json(dsn: str, db: Db) -> None:
+    db.execute("SELECT jobq.enqueue_many('emails', array_fill('{}'::jsonb, ARRAY[3]))")
+
+    result = run_cli(dsn, "health", "--json")
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["queued"], report["running"], report["failed"]) == (3, 0, 0)
+    assert report["oldest_runnable_age"] >= 0
+
+
 def test_stats_table_has_a_row_per_queue(dsn: str, db: Db) -> None:
     db.execute("SELECT jobq.enqueue('emails', '{}'), jobq.enqueue('pdfs', '{}')")
 

@@ -148,6 +148,52 @@ def test_complete_many_leaves_out_stale_leases(db: Db) -> None:
     assert accepted == {first.id}
 
 
+def test_complete_and_claim_acknowledges_and_claims_in_one_call(db: Db) -> None:
+    pgjobq.enqueue_many(db, "default", [{"n": 1}, {"n": 2}, {"n": 3}])
+    (first,) = pgjobq.claim(db, "default", 1, "w1")
+
+    acknowledged, claimed = pgjobq.complete_and_claim(db, [(first.id, first.lease)], "default", 5, "w1")
+
+    assert acknowledged == {first.id}
+    assert [job.payload for job in claimed] == [{"n": 2}, {"n": 3}]
+    assert {job.lease for job in claimed} == {1}
+
+
+def test_complete_and_claim_leaves_out_a_stale_lease(db: Db) -> None:
+    pgjobq.enqueue(db, "default", {})
+    (job,) = pgjobq.claim(db, "default", 1, "w1")
+
+    acknowledged, claimed = pgjobq.complete_and_claim(db, [(job.id, job.lease + 1)], "default", 1, "w1")
+
+    assert (acknowledged, claimed) == (set(), [])
+
+
+def test_purge_deletes_old_finished_jobs_and_returns_how_many(db: Db) -> None:
+    pgjobq.enqueue_many(db, "default", [{}, {}])
+    for job in pgjobq.claim(db, "default", 2, "w1"):
+        pgjobq.complete(db, job.id, job.lease)
+
+    kept = pgjobq.purge(db, timedelta(hours=1))
+    deleted = pgjobq.purge(db, timedelta(0))
+
+    assert (kept, deleted) == (0, 2)
+
+
+def test_purge_refuses_a_negative_age_before_any_sql(db: Db) -> None:
+    with pytest.raises(pgjobq.InvalidArgument, match="older_than"):
+        pgjobq.purge(db, timedelta(seconds=-1))
+
+
+def test_health_reports_the_queue_and_the_table(db: Db) -> None:
+    pgjobq.enqueue_many(db, "default", [{}, {}])
+    pgjobq.claim(db, "default", 1, "w1")
+
+    report = pgjobq.health(db)
+
+    assert (report.queued, report.runnable, report.running, report.failed) == (1, 1, 1, 0)
+    assert report.total_bytes > 0
+
+
 def test_stats_reports_each_queue(db: Db) -> None:
     pgjobq.enqueue_many(db, "emails", [{}, {}])
     pgjobq.claim(db, "emails", 1, "w1")

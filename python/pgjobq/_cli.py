@@ -371,3 +371,70 @@ def reap(dsn: str, stale: float) -> None:
     with _connection(dsn) as conn:
         reaped = _client.reap(conn, timedelta(seconds=stale))
     click.echo(f"{len(reaped)} job(s) recovered")
+
+
+@main.command()
+@_dsn_option
+@click.option(
+    "--older-than",
+    envvar="PGJOBQ_OLDER_THAN",
+    show_envvar=True,
+    type=click.FloatRange(min=0),
+    default=7 * 24 * 3600.0,
+    show_default=True,
+    help="Seconds since a job finished after which it is deleted.",
+)
+@click.option(
+    "--max-rows",
+    envvar="PGJOBQ_MAX_ROWS",
+    show_envvar=True,
+    type=click.IntRange(1, 1_000_000),
+    default=100_000,
+    show_default=True,
+    help="Delete at most this many jobs per call (run again for more).",
+)
+@click.option(
+    "--include-failed",
+    envvar="PGJOBQ_INCLUDE_FAILED",
+    show_envvar=True,
+    is_flag=True,
+    help="Delete old failed jobs too (the dead-letter queue) [default: keep them].",
+)
+def purge(dsn: str, older_than: float, max_rows: int, include_failed: bool) -> None:
+    """Delete finished jobs older than --older-than, so the hot table stays small."""  # fmt: skip
+    with _connection(dsn) as conn:
+        deleted = _client.purge(
+            conn, timedelta(seconds=older_than), max_rows=max_rows, include_failed=include_failed
+        )
+    click.echo(f"{deleted} job(s) deleted")
+
+
+@main.command()
+@_dsn_option
+@click.option(
+    "--json",
+    "as_json",
+    envvar="PGJOBQ_JSON",
+    show_envvar=True,
+    is_flag=True,
+    help="Print JSON instead of lines.",
+)
+def health(dsn: str, as_json: bool) -> None:
+    """Queue depth, dead tuples, last vacuum and the oldest open transaction (jobq.health)."""  # fmt: skip
+    with _connection(dsn) as conn:
+        report = _client.health(conn)
+    fields = {name: getattr(report, name) for name in report.__slots__}
+    if as_json:
+        click.echo(json.dumps(fields, indent=2, default=_json_value))
+        return
+    for name, value in fields.items():
+        click.echo(f"{name.replace('_', ' ')}: {'-' if value is None else _json_value(value)}")
+
+
+def _json_value(value: object) -> object:
+    """Durations as seconds, moments as ISO 8601; everything else as it is."""
+    if isinstance(value, timedelta):
+        return round(value.total_seconds(), 3)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value

@@ -23,15 +23,19 @@ from pgjobq._job import Job
 from pgjobq._queries import query
 
 __all__ = [
+    "Health",
     "QueueStats",
     "channel",
     "claim",
     "complete",
+    "complete_and_claim",
     "complete_many",
     "enqueue",
     "enqueue_many",
     "fail",
+    "health",
     "heartbeat",
+    "purge",
     "reap",
     "release",
     "retry_failed",
@@ -242,6 +246,33 @@ def complete_many(conn: Conn, acks: Sequence[tuple[int, int]]) -> set[int]:
     return {int(r[0]) for r in _fetch(conn, "complete_many", params)}
 
 
+def complete_and_claim(
+    conn: Conn, acks: Sequence[tuple[int, int]], queue: str, n: int, worker: str
+) -> tuple[set[int], list[Job]]:
+    """Acknowledge (id, lease) pairs and claim up to n more jobs of queue, in one statement.
+
+    Returns the ids acknowledged (pairs left out had a stale lease) and the
+    jobs claimed.  If the claim's arguments are refused, nothing is
+    acknowledged either.
+    """
+    pairs = [_held(job_id, lease) for job_id, lease in acks]
+    params = {
+        "ids": [p["id"] for p in pairs],
+        "leases": [p["lease"] for p in pairs],
+        "queue": _text("queue", queue),
+        "n": _integer("n", n),
+        "worker": _text("worker", worker),
+    }
+    acknowledged: set[int] = set()
+    claimed: list[Job] = []
+    for status, *job in _fetch(conn, "complete_and_claim", params):
+        if status == "done":
+            acknowledged.add(int(job[0]))
+        else:
+            claimed.append(Job(*job))
+    return acknowledged, claimed
+
+
 def fail(conn: Conn, job_id: int, error: str, lease: int) -> tuple[str, datetime]:
     """Record a failure; return the job's new status (queued or failed) and run_at."""
     params = {**_held(job_id, lease), "error": _text("error", error)}
@@ -297,3 +328,43 @@ def stats(conn: Conn) -> list[QueueStats]:
     """Counts per queue and status, and the wait of the oldest runnable job."""
     with translated(), conn.cursor(row_factory=class_row(QueueStats)) as cur:
         return cur.execute(query("stats")).fetchall()
+
+
+def purge(conn: Conn, older_than: timedelta, *, max_rows: int = 100_000, include_failed: bool = False) -> int:
+    """Delete done jobs (and failed ones with include_failed) finished more than older_than ago."""
+    if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+        raise InvalidArgument(f"older_than must be a non-negative timedelta, got {older_than!r}")
+    if not isinstance(include_failed, bool):
+        raise InvalidArgument(f"include_failed must be a bool, got {type(include_failed).__name__}")
+    params = {
+        "older_than": older_than,
+        "max_rows": _integer("max_rows", max_rows),
+        "include_failed": include_failed,
+    }
+    return int(_fetch(conn, "purge", params)[0][0])
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """The jobq.health view: what to watch to see backlog and bloat coming."""
+
+    queued: int
+    runnable: int
+    running: int
+    failed: int
+    oldest_runnable_age: timedelta | None
+    live_tuples: int
+    dead_tuples: int
+    total_bytes: int
+    last_vacuum: datetime | None
+    last_analyze: datetime | None
+    oldest_transaction_age: timedelta | None
+    oldest_xmin_age: int | None
+
+
+def health(conn: Conn) -> Health:
+    """One snapshot of jobq.health."""
+    with translated(), conn.cursor(row_factory=class_row(Health)) as cur:
+        row = cur.execute(query("health")).fetchone()
+    assert row is not None  # the view always has exactly one row
+    return row

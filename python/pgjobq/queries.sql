@@ -16,6 +16,11 @@ SELECT jobq.enqueue_many(%(queue)s, %(payloads)s::jsonb[], priority => %(priorit
 SELECT id, queue, payload, priority, attempts, max_attempts, lease
   FROM jobq.claim(%(queue)s, %(n)s, %(worker)s)
 
+-- name: complete_and_claim
+-- acknowledged jobs first (status done), then the claimed ones (status running)
+SELECT status, id, queue, payload, priority, attempts, max_attempts, lease
+  FROM jobq.complete_and_claim(%(ids)s::bigint[], %(leases)s::bigint[], %(queue)s, %(n)s, %(worker)s)
+
 -- name: complete
 SELECT jobq.complete(%(id)s, %(lease)s)
 
@@ -46,3 +51,11 @@ SELECT jobq.release(%(id)s, %(lease)s)
 -- name: probe_notify
 -- the worker's LISTEN probe: notifies a channel of its own listening connection
 SELECT pg_notify(%(channel)s, '')
+
+-- name: purge
+SELECT jobq.purge(%(older_than)s, max_rows => %(max_rows)s, include_failed => %(include_failed)s)
+
+-- name: health
+SELECT queued, runnable, running, failed, oldest_runnable_age, live_tuples, dead_tuples, total_bytes,
+       last_vacuum, last_analyze, oldest_transaction_age, oldest_xmin_age
+  FROM jobq.health
