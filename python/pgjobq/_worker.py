@@ -6,10 +6,11 @@ run on a thread pool of ``concurrency`` threads and never touch the worker's
 connections.  The loop:
 
 - claims up to ``batch`` jobs whenever a handler thread is idle;
-- acknowledges finished jobs together: successes in one
-  ``jobq.complete_many`` statement, failures one ``jobq.fail`` each (with the
-  lease), once the batch in hand is over or the oldest result has waited
-  ``ack_interval``;
+- acknowledges finished jobs together: successes in one statement, failures
+  one ``jobq.fail`` each (with the lease).  Successes go with the next claim
+  (``jobq.complete_and_claim``: one round trip and one commit for both), or,
+  while every handler thread is busy, in one ``jobq.complete_many`` once the
+  batch in hand is over or the oldest result has waited ``ack_interval``;
 - heartbeats the jobs in hand every ``heartbeat_interval``, so the reaper
   leaves long jobs alone;
 - runs ``jobq.reap`` every ``reap_interval`` (if its role may not, it says
@@ -257,7 +258,11 @@ class Worker:
     def _step(self) -> None:
         self._collect()
         batch_over = not self._running and not self._backlog
-        self._acknowledge(now=self.stopping or batch_over)
+        if self._claiming() and batch_over:
+            # the successes ride on the next claim (jobq.complete_and_claim)
+            self._report_failures()
+        else:
+            self._acknowledge(now=self.stopping or batch_over)
         if self.stopping:
             self._release_backlog()
         now = time.monotonic()
@@ -268,18 +273,36 @@ class Worker:
             self._reap()
             self._next_reap = now + self.settings.reap_interval
         self._start_handlers()
-        idle_threads = len(self._running) < self.settings.concurrency
-        if not self.stopping and not self._drained and idle_threads and self._claim():
+        if self._claiming() and self._claim():
             return
         if self._running:
             self._wait_for_handlers()
         elif not self.stopping and not self._drained:
             self._wait_for_work()
 
+    def _claiming(self) -> bool:
+        """Whether to claim now: a handler thread is idle, and the worker is neither stopping nor drained."""
+        return not self.stopping and not self._drained and len(self._running) < self.settings.concurrency
+
     def _claim(self) -> bool:
-        """Claim a batch into the backlog; False when the queue had nothing runnable."""
+        """Claim a batch into the backlog; False when the queue had nothing runnable.
+
+        Successes waiting to be acknowledged go with the claim: one statement,
+        one round trip and one commit for both (jobq.complete_and_claim).
+        """
         assert self._conn is not None
-        jobs = _client.claim(self._conn, self.settings.queue, self.settings.batch, self.settings.name)
+        successes = [job for job, error in self._unacked if error is None]
+        if successes:
+            accepted, jobs = _client.complete_and_claim(
+                self._conn,
+                [(job.id, job.lease) for job in successes],
+                self.settings.queue,
+                self.settings.batch,
+                self.settings.name,
+            )
+            self._acknowledged(successes, accepted)
+        else:
+            jobs = _client.claim(self._conn, self.settings.queue, self.settings.batch, self.settings.name)
         self._backlog.extend(jobs)
         self._start_handlers()
         if not jobs and self.settings.burst and not self._in_hand():
@@ -354,19 +377,26 @@ class Worker:
         successes = [job for job, error in self._unacked if error is None]
         if successes:
             accepted = _client.complete_many(self._conn, [(job.id, job.lease) for job in successes])
-            for job in successes:
-                if job.id in accepted:
-                    logger.info("job %d done (attempt %d)", job.id, job.attempts)
-                else:
-                    logger.warning("job %d: lease %d lost; result discarded", job.id, job.lease)
-            self.processed += len(successes)
-            self._unacked = [(job, error) for job, error in self._unacked if error is not None]
-        while self._unacked:
-            job, error = self._unacked[0]
-            assert error is not None
+            self._acknowledged(successes, accepted)
+        self._report_failures()
+
+    def _acknowledged(self, successes: list[Job], accepted: set[int]) -> None:
+        """Log the outcome of acknowledging successes and forget them: accepted, or refused as stale."""
+        for job in successes:
+            if job.id in accepted:
+                logger.info("job %d done (attempt %d)", job.id, job.attempts)
+            else:
+                logger.warning("job %d: lease %d lost; result discarded", job.id, job.lease)
+        self.processed += len(successes)
+        self._unacked = [(job, error) for job, error in self._unacked if error is not None]
+
+    def _report_failures(self) -> None:
+        """Report the failures collected, one jobq.fail each (they are rare; each needs its own row)."""
+        failures = [(job, error) for job, error in self._unacked if error is not None]
+        for job, error in failures:
             self._report_failure(job, error)
             self.processed += 1
-            self._unacked.pop(0)
+            self._unacked.remove((job, error))
 
     def _report_failure(self, job: Job, error: BaseException) -> None:
         assert self._conn is not None
@@ -408,6 +438,11 @@ class Worker:
             try:
                 _client.heartbeat(self._conn, job.id, job.lease)
             except (LeaseLost, JobNotFound):
+                running = self._running.get(job.id)
+                if running is not None and running.future.done():
+                    # Its handler returned meanwhile, perhaps after completing the job in
+                    # its own transaction: the acknowledgement tells whether the lease held.
+                    continue
                 logger.warning("job %d: lease %d lost while in hand; its result will be discarded",
                                job.id, job.lease)  # fmt: skip
 
