@@ -31,12 +31,59 @@
 -- with the same signatures and the same behaviour for good input.
 --   complete_many: a two-dimensional array raised 0A000 from array_position,
 --     naming no argument; now 22023 naming ids or leases.  A NULL element is
---     reported with its array and position.
+--     reported with its array and position.  The checks move to
+--     jobq._check_pairs, shared with jobq.heartbeat_many (0.3.0).
 --   reap: a stale interval of thousands of years overflowed the timestamp
 --     (22008); now refused with 22023 naming stale, beyond 10 years.
 --   enqueue_many: a bad element of an array whose subscripts do not start at
 --     1 was named by its ordinal; now by its subscript.
 ----------------------------------------------------------------------------
+
+/*
+ * jobq._check_pairs(ids, leases): returns nothing; raises 22004 when either
+ * array is NULL, 22023 when they differ in length, have more than one
+ * dimension or hold a NULL (naming the array and the position).
+ */
+CREATE FUNCTION jobq._check_pairs(ids bigint[], leases bigint[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF _check_pairs.ids IS NULL THEN
+        RAISE EXCEPTION 'ids must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF _check_pairs.leases IS NULL THEN
+        RAISE EXCEPTION 'leases must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF array_ndims(_check_pairs.ids) > 1 THEN
+        RAISE EXCEPTION 'ids must be a one-dimensional array, got % dimensions', array_ndims(_check_pairs.ids)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_ndims(_check_pairs.leases) > 1 THEN
+        RAISE EXCEPTION 'leases must be a one-dimensional array, got % dimensions',
+                        array_ndims(_check_pairs.leases)
+            USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(_check_pairs.ids) <> cardinality(_check_pairs.leases) THEN
+        RAISE EXCEPTION 'ids and leases must have the same length, got % and %',
+                        cardinality(_check_pairs.ids), cardinality(_check_pairs.leases)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(_check_pairs.ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'ids must not contain NULL, found one at ids[%]', array_position(_check_pairs.ids, NULL)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(_check_pairs.leases, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'leases must not contain NULL, found one at leases[%]',
+                        array_position(_check_pairs.leases, NULL)
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_pairs(bigint[], bigint[]) IS
+    'Internal: raises 22004/22023 unless ids and leases are two NULL-free one-dimensional arrays of one length.';
+REVOKE ALL ON FUNCTION jobq._check_pairs(bigint[], bigint[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION jobq.complete_many(ids bigint[], leases bigint[])
 RETURNS SETOF bigint
@@ -44,35 +91,7 @@ LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 50
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF complete_many.ids IS NULL THEN
-        RAISE EXCEPTION 'ids must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF complete_many.leases IS NULL THEN
-        RAISE EXCEPTION 'leases must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF array_ndims(complete_many.ids) > 1 THEN
-        RAISE EXCEPTION 'ids must be a one-dimensional array, got % dimensions', array_ndims(complete_many.ids)
-            USING ERRCODE = '22023';
-    END IF;
-    IF array_ndims(complete_many.leases) > 1 THEN
-        RAISE EXCEPTION 'leases must be a one-dimensional array, got % dimensions',
-                        array_ndims(complete_many.leases)
-            USING ERRCODE = '22023';
-    END IF;
-    IF cardinality(complete_many.ids) <> cardinality(complete_many.leases) THEN
-        RAISE EXCEPTION 'ids and leases must have the same length, got % and %',
-                        cardinality(complete_many.ids), cardinality(complete_many.leases)
-            USING ERRCODE = '22023';
-    END IF;
-    IF array_position(complete_many.ids, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'ids must not contain NULL, found one at ids[%]', array_position(complete_many.ids, NULL)
-            USING ERRCODE = '22023';
-    END IF;
-    IF array_position(complete_many.leases, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'leases must not contain NULL, found one at leases[%]',
-                        array_position(complete_many.leases, NULL)
-            USING ERRCODE = '22023';
-    END IF;
+    PERFORM jobq._check_pairs(complete_many.ids, complete_many.leases);
 
     RETURN QUERY
     WITH acks AS (

@@ -4,11 +4,12 @@
 \echo Use "ALTER EXTENSION pgjobq UPDATE TO '0.3.0'" to load this file. \quit
 
 /*
- * What 0.3.0 adds, each decided by bench/ (see bench/README.md):
+ * What 0.3.0 adds, for the speed and upkeep that bench/ measures:
  *
  * - jobq.complete_and_claim: a worker acknowledges the jobs it finished and
  *   claims its next ones in one statement: one round trip and one commit
  *   per batch instead of two.
+ * - jobq.heartbeat_many: one statement extends every lease a worker holds.
  * - Autovacuum settings on jobq.jobs for a table whose rows are all
  *   updated twice and then deleted: vacuum early and unthrottled, so dead
  *   tuples never pile up in the claim index.
@@ -17,8 +18,8 @@
  * - jobq.health: one row of what an operator watches for: depth, oldest
  *   runnable job, dead tuples, the last autovacuum, the oldest open
  *   transaction (which holds back vacuum).
- * - The worker level gains complete_and_claim; the admin level gains purge
- *   and SELECT on jobq.health.
+ * - The worker level gains complete_and_claim and heartbeat_many; the admin
+ *   level gains them, purge and SELECT on jobq.health.
  */
 
 ----------------------------------------------------------------------------
@@ -59,6 +60,38 @@ END
 $$;
 COMMENT ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text) IS
     'Acknowledge finished jobs (returned with status done) and claim up to n more (returned running), in one statement.';
+
+/*
+ * jobq.heartbeat_many(ids, leases): the ids whose lease was extended
+ * (locked_at = now), ascending: the jobs still running under the lease
+ * given.  A pair whose lease is not current, or whose job is no longer
+ * running, is left out, not raised, so a worker extends every job in hand
+ * with one statement and learns which it lost.  One UPDATE; locks the rows it
+ * changes.  Raises like jobq._check_pairs.
+ */
+CREATE FUNCTION jobq.heartbeat_many(ids bigint[], leases bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 20
+-- SECURITY DEFINER: like heartbeat, for workers without privileges on
+-- jobq.jobs.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM jobq._check_pairs(heartbeat_many.ids, heartbeat_many.leases);
+    RETURN QUERY
+    WITH extended AS (
+        UPDATE jobq.jobs AS j
+           SET locked_at = statement_timestamp()
+          FROM unnest(heartbeat_many.ids, heartbeat_many.leases) AS a(id, lease)
+         WHERE j.id = a.id AND j.lease = a.lease AND j.status = 'running'
+        RETURNING j.id
+    )
+    SELECT e.id FROM extended AS e ORDER BY e.id;
+END
+$$;
+COMMENT ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) IS
+    'Extend the leases of many running jobs in one statement; returns the ids extended. Stale pairs are left out.';
 
 ----------------------------------------------------------------------------
 -- Upkeep
@@ -172,8 +205,8 @@ COMMENT ON COLUMN jobq.health.oldest_transaction_age IS 'Age of the oldest open 
 COMMENT ON COLUMN jobq.health.oldest_xmin_age IS 'In transactions: how far the oldest snapshot of another session holds back vacuum.';
 
 ----------------------------------------------------------------------------
--- Access levels: the worker level gains complete_and_claim; admin gains
--- purge and jobq.health.
+-- Access levels: the worker level gains complete_and_claim and
+-- heartbeat_many; admin gains those, purge and jobq.health.
 ----------------------------------------------------------------------------
 
 CREATE OR REPLACE FUNCTION jobq._level_functions(level text)
@@ -194,6 +227,7 @@ AS $$
             'jobq.complete_and_claim(bigint[], bigint[], text, integer, text)',
             'jobq.fail(bigint, text, bigint)',
             'jobq.heartbeat(bigint, bigint)',
+            'jobq.heartbeat_many(bigint[], bigint[])',
             'jobq.release(bigint, bigint)',
             'jobq.channel(text)',
             'jobq._check_queue(text)']::regprocedure[]
@@ -206,6 +240,7 @@ AS $$
             'jobq.complete_and_claim(bigint[], bigint[], text, integer, text)',
             'jobq.fail(bigint, text, bigint)',
             'jobq.heartbeat(bigint, bigint)',
+            'jobq.heartbeat_many(bigint[], bigint[])',
             'jobq.release(bigint, bigint)',
             'jobq.reap(interval)',
             'jobq.retry_failed(text, bigint[])',
@@ -268,9 +303,11 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION jobq.purge(interval, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON TABLE jobq.health FROM PUBLIC;
 
 GRANT EXECUTE ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text) TO @extowner@;
+GRANT EXECUTE ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) TO @extowner@;
 GRANT EXECUTE ON FUNCTION jobq.purge(interval, integer, boolean) TO @extowner@;
 GRANT SELECT ON TABLE jobq.health TO @extowner@;

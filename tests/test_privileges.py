@@ -27,6 +27,7 @@ ATTEMPTS: dict[str, str] = {
     "complete_many": "SELECT jobq.complete_many(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[])",
     "fail": "SELECT jobq.fail({held_id}, 'boom', {held_lease})",
     "heartbeat": "SELECT jobq.heartbeat({held_id}, {held_lease})",
+    "heartbeat_many": "SELECT jobq.heartbeat_many(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[])",
     "release": "SELECT jobq.release({held_id}, {held_lease})",
     "complete_and_claim": (
         "SELECT * FROM jobq.complete_and_claim(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[],"
@@ -53,7 +54,7 @@ ATTEMPTS: dict[str, str] = {
 PRODUCER = {"enqueue", "enqueue_many", "channel"}
 WORKER = {
     *("claim", "complete", "complete_many", "complete_and_claim"),
-    *("fail", "heartbeat", "release", "channel"),
+    *("fail", "heartbeat", "heartbeat_many", "release", "channel"),
 }
 ADMIN = set(ATTEMPTS) - {"grant_producer", "grant_worker", "grant_admin", "revoke_all"}
 

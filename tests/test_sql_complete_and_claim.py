@@ -1,4 +1,4 @@
-"""jobq.complete_and_claim: acknowledge finished jobs and claim the next ones in one statement."""
+"""The batched worker calls: jobq.complete_and_claim and jobq.heartbeat_many."""
 
 from __future__ import annotations
 
@@ -97,3 +97,29 @@ def test_bad_arguments_are_refused_naming_the_argument(
 
     assert raised.value.sqlstate == sqlstate
     assert scalar(db, "SELECT count(*) FROM jobq.jobs WHERE status = 'queued'") == 1
+
+
+def test_heartbeat_many_extends_the_leases_still_held_and_leaves_out_the_rest(db: Db) -> None:
+    held, reaped, finished = fill(db, 3)
+    complete_and_claim(db, [], 3)
+    make_stale(db, reaped)
+    db.execute("SELECT * FROM jobq.reap('1 minute')")
+    db.execute("SELECT jobq.complete(%s, 1)", (finished,))
+    make_stale(db, held, "30 seconds")
+
+    extended = [
+        row["heartbeat_many"]
+        for row in db.execute(
+            "SELECT jobq.heartbeat_many(%s::bigint[], %s::bigint[])", ([held, reaped, finished], [1, 1, 1])
+        )
+    ]
+
+    assert extended == [held]
+    assert scalar(db, "SELECT locked_at > now() - interval '5 seconds' FROM jobq.jobs WHERE id = %s", (held,))
+
+
+def test_heartbeat_many_refuses_arrays_of_different_lengths_naming_them(db: Db) -> None:
+    with pytest.raises(
+        psycopg.errors.InvalidParameterValue, match="ids and leases must have the same length"
+    ):
+        db.execute("SELECT jobq.heartbeat_many(ARRAY[1, 2]::bigint[], ARRAY[1]::bigint[])")

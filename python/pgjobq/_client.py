@@ -35,6 +35,7 @@ __all__ = [
     "fail",
     "health",
     "heartbeat",
+    "heartbeat_many",
     "purge",
     "reap",
     "release",
@@ -283,6 +284,13 @@ def fail(conn: Conn, job_id: int, error: str, lease: int) -> tuple[str, datetime
 def heartbeat(conn: Conn, job_id: int, lease: int) -> None:
     """Extend a running job's lease; LeaseLost if it is no longer current."""
     _fetch(conn, "heartbeat", _held(job_id, lease))
+
+
+def heartbeat_many(conn: Conn, held: Sequence[tuple[int, int]]) -> set[int]:
+    """Extend many (id, lease) pairs in one statement; return the ids still held (the rest were lost)."""
+    pairs = [_held(job_id, lease) for job_id, lease in held]
+    params = {"ids": [p["id"] for p in pairs], "leases": [p["lease"] for p in pairs]}
+    return {int(r[0]) for r in _fetch(conn, "heartbeat_many", params)}
 
 
 def release(conn: Conn, job_id: int, lease: int) -> None:

@@ -196,6 +196,8 @@ class Worker:
         self._unacked: list[tuple[Job, BaseException | None]] = []  # collected, to report
         self._oldest_unacked = 0.0
         self._next_heartbeat = 0.0
+        # when this worker took or last extended each lease it holds (monotonic clock)
+        self._leased_at: dict[int, float] = {}
         self._next_reap = 0.0
         self._drained = False  # burst mode: the queue had no runnable job
         self._poll_only = False  # the LISTEN probe failed on this connection: poll until reconnected
@@ -303,6 +305,8 @@ class Worker:
             self._acknowledged(successes, accepted)
         else:
             jobs = _client.claim(self._conn, self.settings.queue, self.settings.batch, self.settings.name)
+        now = time.monotonic()
+        self._leased_at.update((job.id, now) for job in jobs)
         self._backlog.extend(jobs)
         self._start_handlers()
         if not jobs and self.settings.burst and not self._in_hand():
@@ -431,20 +435,34 @@ class Worker:
     # -- keeping leases and recovering others' ------------------------------
 
     def _heartbeat(self) -> None:
-        """Extend the lease of every job in hand that is not finished."""
+        """Extend, in one statement, the lease of every job in hand that is not finished.
+
+        A lease this worker took or extended less than a heartbeat ago is left
+        alone when two heartbeat intervals fit in the lease timeout: by the
+        next sweep it is still at most two intervals old.
+        """
         assert self._conn is not None
+        now = time.monotonic()
         unfinished = [r.job for r in self._running.values() if not r.future.done()] + list(self._backlog)
+        self._leased_at = {job.id: self._leased_at.get(job.id, 0.0) for job in unfinished}
+        if 2 * self.settings.heartbeat_seconds < self.settings.lease_timeout:
+            unfinished = [
+                job for job in unfinished if now - self._leased_at[job.id] >= self.settings.heartbeat_seconds
+            ]
+        if not unfinished:
+            return
+        held = _client.heartbeat_many(self._conn, [(job.id, job.lease) for job in unfinished])
         for job in unfinished:
-            try:
-                _client.heartbeat(self._conn, job.id, job.lease)
-            except (LeaseLost, JobNotFound):
-                running = self._running.get(job.id)
-                if running is not None and running.future.done():
-                    # Its handler returned meanwhile, perhaps after completing the job in
-                    # its own transaction: the acknowledgement tells whether the lease held.
-                    continue
-                logger.warning("job %d: lease %d lost while in hand; its result will be discarded",
-                               job.id, job.lease)  # fmt: skip
+            if job.id in held:
+                self._leased_at[job.id] = now
+                continue
+            running = self._running.get(job.id)
+            if running is not None and running.future.done():
+                # Its handler returned meanwhile, perhaps after completing the job in
+                # its own transaction: the acknowledgement tells whether the lease held.
+                continue
+            logger.warning("job %d: lease %d lost while in hand; its result will be discarded",
+                           job.id, job.lease)  # fmt: skip
 
     def _reap(self) -> None:
         """Run jobq.reap, unless this worker's role was refused it: then say so once and stop trying.

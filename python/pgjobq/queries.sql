@@ -33,6 +33,9 @@ SELECT status, run_at FROM jobq.fail(%(id)s, %(error)s, %(lease)s)
 -- name: heartbeat
 SELECT jobq.heartbeat(%(id)s, %(lease)s)
 
+-- name: heartbeat_many
+SELECT id FROM jobq.heartbeat_many(%(ids)s::bigint[], %(leases)s::bigint[]) AS id
+
 -- name: reap
 SELECT id, queue, status FROM jobq.reap(%(stale)s::interval)
 
