@@ -265,8 +265,14 @@ class Fleet:
         return self.spawn(slot)
 
     def terminate_all(self, timeout: float) -> dict[str, int | None]:
-        """SIGTERM every live worker; their exit statuses (None: still running after timeout, then killed)."""
+        """SIGTERM every live worker; their exit statuses (None: still running after timeout, then killed).
+
+        A replacement started moments ago may still be importing: it is given
+        until it has said it started (its signal handlers are in place by
+        then), so that SIGTERM meets a worker, not an interpreter booting.
+        """
         workers = list(self.slots.values())
+        _wait(lambda: all("started on queue" in w.log_text() for w in workers if w.alive()), timeout)
         for worker in workers:
             worker.expected_exit = True
             if worker.alive():
