@@ -4,6 +4,8 @@
 #   make test      install what is missing, lint, then run the whole test suite
 #   make demo      a throwaway PostgreSQL, 1,000 jobs, 4 workers, a live view
 #   make chaos     the full chaos run: 200,000 jobs, 8 workers, faults injected
+#   make bench     every contender side by side, report and plots in bench/results (<= 15 min)
+#   make bench-quick  the same, smaller (< 2 min)
 #   make lint      ruff and mypy
 
 EXTENSION  = pgjobq
@@ -33,7 +35,7 @@ VENV_PYTHON ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 
-.PHONY: deps venv test demo lint chaos
+.PHONY: deps venv test demo lint chaos bench bench-quick
 
 deps:
 	@tools/ensure-deps
@@ -43,7 +45,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: python/pyproject.toml
 	$(VENV_PYTHON) -m venv --clear $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e 'python[dev]'
+	$(VENV)/bin/pip install --quiet -e 'python[dev,bench]'
 	touch $@
 
 test: deps venv lint
@@ -58,7 +60,17 @@ chaos: deps venv
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) tests/chaos_harness.py --full
 
+bench: venv
+	@tools/ensure-deps bench
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(PY) bench/run.py --full
+
+bench-quick: venv
+	@tools/ensure-deps bench
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(PY) bench/run.py --quick
+
 lint: venv
-	$(VENV)/bin/ruff check python tests tools demo
-	$(VENV)/bin/ruff format --check python tests tools demo
+	$(VENV)/bin/ruff check python tests tools demo bench
+	$(VENV)/bin/ruff format --check python tests tools demo bench
 	$(VENV)/bin/mypy
