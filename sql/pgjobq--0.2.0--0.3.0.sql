@@ -211,49 +211,48 @@ COMMENT ON COLUMN jobq.health.oldest_xmin_age IS 'In transactions: how far the o
 
 CREATE OR REPLACE FUNCTION jobq._level_functions(level text)
 RETURNS regprocedure[]
-LANGUAGE sql STABLE PARALLEL SAFE STRICT
+LANGUAGE plpgsql STABLE PARALLEL SAFE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT CASE level
-        WHEN 'producer' THEN ARRAY[
-            'jobq.enqueue(text, jsonb, integer, timestamptz, integer)',
-            'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer)',
-            'jobq.channel(text)',
-            'jobq._check_queue(text)']::regprocedure[]
-        WHEN 'worker' THEN ARRAY[
-            'jobq.claim(text, integer, text)',
-            'jobq.complete(bigint, bigint)',
-            'jobq.complete_many(bigint[], bigint[])',
-            'jobq.complete_and_claim(bigint[], bigint[], text, integer, text)',
-            'jobq.fail(bigint, text, bigint)',
-            'jobq.heartbeat(bigint, bigint)',
-            'jobq.heartbeat_many(bigint[], bigint[])',
-            'jobq.release(bigint, bigint)',
-            'jobq.channel(text)',
-            'jobq._check_queue(text)']::regprocedure[]
-        WHEN 'admin' THEN ARRAY[
-            'jobq.enqueue(text, jsonb, integer, timestamptz, integer)',
-            'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer)',
-            'jobq.claim(text, integer, text)',
-            'jobq.complete(bigint, bigint)',
-            'jobq.complete_many(bigint[], bigint[])',
-            'jobq.complete_and_claim(bigint[], bigint[], text, integer, text)',
-            'jobq.fail(bigint, text, bigint)',
-            'jobq.heartbeat(bigint, bigint)',
-            'jobq.heartbeat_many(bigint[], bigint[])',
-            'jobq.release(bigint, bigint)',
-            'jobq.reap(interval)',
-            'jobq.retry_failed(text, bigint[])',
-            'jobq.purge(interval, integer, boolean)',
-            'jobq.stats()',
-            'jobq.channel(text)',
-            'jobq._check_queue(text)',
-            'jobq._check_payload(jsonb, text)',
-            'jobq._check_options(integer, timestamptz, integer)',
-            'jobq._check_lease(bigint, bigint)',
-            'jobq._raise_not_held(bigint, bigint)',
-            'jobq._backoff(integer)']::regprocedure[]
-    END
+BEGIN
+    -- one branch per level, so that planning one never plans the others
+    IF _level_functions.level = 'producer' THEN
+        RETURN ARRAY[
+                'jobq.enqueue(text, jsonb, integer, timestamptz, integer)',
+                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer)',
+                'jobq.channel(text)',
+                'jobq._check_queue(text)']::regprocedure[];
+    ELSIF _level_functions.level = 'worker' THEN
+        RETURN ARRAY[
+                'jobq.claim(text, integer, text)',
+                'jobq.complete(bigint, bigint)',
+                'jobq.complete_many(bigint[], bigint[])',
+                'jobq.complete_and_claim(bigint[], bigint[], text, integer, text)',
+                'jobq.fail(bigint, text, bigint)',
+                'jobq.heartbeat(bigint, bigint)',
+                'jobq.heartbeat_many(bigint[], bigint[])',
+                'jobq.release(bigint, bigint)',
+                'jobq.channel(text)',
+                'jobq._check_queue(text)']::regprocedure[];
+    ELSIF _level_functions.level = 'admin' THEN
+        -- both levels above, and what operating the queue takes
+        RETURN ARRAY(
+                SELECT DISTINCT f
+                  FROM unnest(jobq._level_functions('producer') || jobq._level_functions('worker')
+                              || ARRAY[
+                                     'jobq.reap(interval)',
+                                     'jobq.retry_failed(text, bigint[])',
+                                     'jobq.purge(interval, integer, boolean)',
+                                     'jobq.stats()',
+                                     'jobq._check_payload(jsonb, text)',
+                                     'jobq._check_options(integer, timestamptz, integer)',
+                                     'jobq._check_lease(bigint, bigint)',
+                                     'jobq._raise_not_held(bigint, bigint)',
+                                     'jobq._backoff(integer)']::regprocedure[]) AS f
+                 ORDER BY f);
+    END IF;
+    RETURN NULL;
+END
 $$;
 
 -- grant_admin and revoke_all now cover jobq.health as well

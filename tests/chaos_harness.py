@@ -40,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -60,7 +60,7 @@ if str(ROOT / "tools") not in sys.path:  # run as a script: tests/ is on the pat
 
 from chaos_handlers import SCHEMA_DDL  # noqa: E402
 
-from support import pgjobq_command, process_env  # noqa: E402
+from support import pgjobq_command, process_env, wait_until  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
 __all__ = ["ChaosConfig", "Invariant", "Report", "evidence", "main", "render", "run_chaos"]
@@ -272,7 +272,11 @@ class Fleet:
         then), so that SIGTERM meets a worker, not an interpreter booting.
         """
         workers = list(self.slots.values())
-        _wait(lambda: all("started on queue" in w.log_text() for w in workers if w.alive()), timeout)
+
+        def started() -> bool:
+            return all("started on queue" in w.log_text() for w in workers if w.alive())
+
+        wait_until(started, timeout, interval=0.5)
         for worker in workers:
             worker.expected_exit = True
             if worker.alive():
@@ -873,15 +877,6 @@ def _prepare(dsn: str) -> None:
         conn.execute(SCHEMA_DDL)
 
 
-def _wait(condition: Callable[[], bool], timeout: float, interval: float = 0.5) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
-
-
 def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
     """One chaos run; the workers' logs and the producer's id log go to workdir."""
     began = time.monotonic()
@@ -895,7 +890,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
         say(f"{config.name} chaos run: {config.jobs:,} jobs, {config.workers} workers; logs in {workdir}")
         try:
             fleet.start()
-            _wait(chaos.connected, timeout=60, interval=0.1)  # the clock starts once all are up
+            wait_until(chaos.connected, timeout=60, interval=0.1)  # the clock starts once all are up
             producer.start()
             chaos.start()
             chaos.join()
@@ -915,7 +910,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
                     return bool(row["n"] == 0)
 
                 say("draining")
-                _wait(drained, config.drain_timeout)
+                wait_until(drained, config.drain_timeout, interval=0.5)
                 exits = fleet.terminate_all(timeout=30)
                 with conn.cursor() as cur, cur.copy("COPY chaos.acked (id) FROM STDIN") as copy:
                     for job_id in producer.acked:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -219,15 +221,9 @@ def enqueue_jobs_of_every_kind(db: Db, connect_rollback: psycopg.Connection[Any]
     connect_rollback.rollback()  # the sequence moved on; the dump must keep its position, not max(id)
 
 
-def test_pg_dump_and_restore_keep_every_job_and_the_id_sequence(
-    db: Db, dsn: str, pg_server: ThrowawayPostgres
-) -> None:
-    with psycopg.connect(dsn, autocommit=False) as burner:
-        enqueue_jobs_of_every_kind(db, burner)
-    statuses = {row["status"] for row in db.execute("SELECT status FROM jobq.jobs")}
-    assert statuses == {"queued", "running", "done", "failed"}
-    original = db.execute(JOBS_DIGEST).fetchone()
-
+@contextmanager
+def restored_copy(db: Db, dsn: str, pg_server: ThrowawayPostgres) -> Iterator[str]:
+    """pg_dump of dsn's database restored into a new database (dropped afterwards); yields its name."""
     dump = subprocess.run(
         [str(pg_server.bindir / "pg_dump"), "--format=custom", "--dbname", dsn],
         capture_output=True,
@@ -238,24 +234,37 @@ def test_pg_dump_and_restore_keep_every_job_and_the_id_sequence(
         subprocess.run(
             [
                 str(pg_server.bindir / "pg_restore"),
-                "--exit-on-error",
-                "--dbname",
-                pg_server.dsn(restored_name),
+                *("--exit-on-error", "--dbname", pg_server.dsn(restored_name)),
             ],
             input=dump.stdout,
             capture_output=True,
             check=True,
             timeout=60,
         )
-        with connect_as(pg_server, restored_name) as restored:
-            restored_jobs = restored.execute(JOBS_DIGEST).fetchone()
-            restored_max = scalar(restored, "SELECT max(id) FROM jobq.jobs")
-            restored_next = scalar(restored, "SELECT jobq.enqueue('emails', '{}')")
-            member = scalar(
-                restored,
-                "SELECT pg_describe_object(classid, objid, 0) FROM pg_depend"
-                " WHERE refclassid = 'pg_extension'::regclass AND objid = 'jobq.jobs'::regclass",
-            )
+        yield restored_name
+
+
+def test_pg_dump_and_restore_keep_every_job_and_the_id_sequence(
+    db: Db, dsn: str, pg_server: ThrowawayPostgres
+) -> None:
+    with psycopg.connect(dsn, autocommit=False) as burner:
+        enqueue_jobs_of_every_kind(db, burner)
+    statuses = {row["status"] for row in db.execute("SELECT status FROM jobq.jobs")}
+    assert statuses == {"queued", "running", "done", "failed"}
+    original = db.execute(JOBS_DIGEST).fetchone()
+
+    with (
+        restored_copy(db, dsn, pg_server) as restored_name,
+        connect_as(pg_server, restored_name) as restored,
+    ):
+        restored_jobs = restored.execute(JOBS_DIGEST).fetchone()
+        restored_max = scalar(restored, "SELECT max(id) FROM jobq.jobs")
+        restored_next = scalar(restored, "SELECT jobq.enqueue('emails', '{}')")
+        member = scalar(
+            restored,
+            "SELECT pg_describe_object(classid, objid, 0) FROM pg_depend"
+            " WHERE refclassid = 'pg_extension'::regclass AND objid = 'jobq.jobs'::regclass",
+        )
     original_next = scalar(db, "SELECT jobq.enqueue('emails', '{}')")
 
     assert restored_jobs == original
@@ -267,25 +276,7 @@ def test_pg_dump_and_restore_keep_every_job_and_the_id_sequence(
 def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server: ThrowawayPostgres) -> None:
     with login_role(db) as producer, login_role(db) as worker:
         db.execute("SELECT jobq.grant_producer(%s), jobq.grant_worker(%s)", (producer, worker))
-        dump = subprocess.run(
-            [str(pg_server.bindir / "pg_dump"), "--format=custom", "--dbname", dsn],
-            capture_output=True,
-            check=True,
-            timeout=60,
-        )
-        with fresh_database(db) as restored_name:
-            subprocess.run(
-                [
-                    str(pg_server.bindir / "pg_restore"),
-                    "--exit-on-error",
-                    "--dbname",
-                    pg_server.dsn(restored_name),
-                ],
-                input=dump.stdout,
-                capture_output=True,
-                check=True,
-                timeout=60,
-            )
+        with restored_copy(db, dsn, pg_server) as restored_name:
             with connect_as(pg_server, restored_name) as restored:
                 privileges = restored.execute(
                     """

@@ -46,6 +46,17 @@ def _queue_option(func: F) -> F:
     )(func)  # fmt: skip
 
 
+def _json_option(func: F) -> F:
+    return click.option(
+        "--json",
+        "as_json",
+        envvar="PGJOBQ_JSON",
+        show_envvar=True,
+        is_flag=True,
+        help="Print JSON instead of text.",
+    )(func)
+
+
 @contextmanager
 def _one_line_errors() -> Iterator[None]:
     """pgjobq and database errors become one-line CLI errors (exit 1)."""
@@ -285,14 +296,7 @@ def enqueue(queue: str, payload: str, dsn: str, priority: int, delay: float, max
 
 @main.command()
 @_dsn_option
-@click.option(
-    "--json",
-    "as_json",
-    envvar="PGJOBQ_JSON",
-    show_envvar=True,
-    is_flag=True,
-    help="Print JSON instead of a table.",
-)
+@_json_option
 def stats(dsn: str, as_json: bool) -> None:
     """Jobs per queue and status, and the wait of the oldest runnable job."""  # fmt: skip
     with _connection(dsn) as conn:
@@ -411,14 +415,7 @@ def purge(dsn: str, older_than: float, max_rows: int, include_failed: bool) -> N
 
 @main.command()
 @_dsn_option
-@click.option(
-    "--json",
-    "as_json",
-    envvar="PGJOBQ_JSON",
-    show_envvar=True,
-    is_flag=True,
-    help="Print JSON instead of lines.",
-)
+@_json_option
 def health(dsn: str, as_json: bool) -> None:
     """Queue depth, dead tuples, last vacuum and the oldest open transaction (jobq.health)."""  # fmt: skip
     with _connection(dsn) as conn:
