@@ -1,0 +1,923 @@
+"""The benchmark's report: report.md and PNG plots from results.json.
+
+Every figure is computed from the measurements in results.json; nothing is
+hard-coded.  Figures are medians over the repeats with the min-max range;
+ratios are paired per repeat (contenders of one repeat ran minutes apart, so
+drift of the machine cancels) and then summarised the same way.
+
+    .venv/bin/python bench/report.py bench/results/latest   # re-render from results.json
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+from workloads import IDEAL_PER_WORKER, Results  # noqa: E402
+
+__all__ = ["write_report"]
+
+TIMES = "\u00d7"  # the multiplication sign of ratios
+DASH = "\u2013"  # the en dash of ranges
+
+OURS = ("article", "article_bulk", "sql_ceiling", "pgjobq_sql", "pgjobq_worker")
+WORKER = "pgjobq_worker"
+
+
+# -- small statistics -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median of some repeats with their min and max."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+    @classmethod
+    def of(cls, values: Iterable[float]) -> Spread | None:
+        data = list(values)
+        if not data:
+            return None
+        return cls(statistics.median(data), min(data), max(data), len(data))
+
+    def show(self, fmt: Callable[[float], str], unit: str = "") -> str:
+        if self.n == 1 or self.low == self.high:
+            return f"{fmt(self.median)}{unit}"
+        return f"{fmt(self.median)}{unit} ({fmt(self.low)}{DASH}{fmt(self.high)})"
+
+
+def rate(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def ratio(value: float) -> str:
+    return f"{value:.2f}{TIMES}"
+
+
+def ms(value: float) -> str:
+    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def quantile(data: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) of data, linear between closest ranks."""
+    ordered = sorted(data)
+    if len(ordered) == 1:
+        return ordered[0]
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+# -- reading the results ----------------------------------------------------------------
+
+
+class View:
+    """Indexes over results.json for the report."""
+
+    def __init__(self, results: Results) -> None:
+        self.r = results
+        self.labels: dict[str, str] = results.meta.get("labels", {})
+        # (contender, workers, batch) -> repeat -> record
+        self.tp: dict[tuple[str, int, int], dict[int, dict[str, Any]]] = defaultdict(dict)
+        for rec in results.throughput:
+            if not rec.get("error"):
+                self.tp[(rec["contender"], rec["workers"], rec["batch"])][rec["repeat"]] = rec
+        self.wk: dict[tuple[str, int], dict[int, dict[str, Any]]] = defaultdict(dict)
+        for rec in results.work:
+            if not rec.get("error"):
+                self.wk[(rec["contender"], rec["workers"])][rec["repeat"]] = rec
+        self.contenders = [
+            c for c in self.labels if any(k[0] == c for k in self.tp) or any(k[0] == c for k in self.wk)
+        ]
+        self.workers = sorted({k[1] for k in self.tp})
+        self.batches = sorted({k[2] for k in self.tp})
+
+    def label(self, name: str) -> str:
+        return self.labels.get(name, name)
+
+    def find(self, prefix: str) -> str | None:
+        """The contender whose name starts with prefix (the external ones name themselves)."""
+        return next((c for c in self.contenders if c.startswith(prefix)), None)
+
+    def rates(self, contender: str, workers: int, batch: int) -> dict[int, float]:
+        return {rep: rec["rate"] for rep, rec in self.tp.get((contender, workers, batch), {}).items()}
+
+    def best_rates(self, contender: str, workers: int) -> dict[int, float]:
+        """Per repeat, the contender's best rate over the batch sizes it ran."""
+        best: dict[int, float] = {}
+        for (name, count, _batch), by_repeat in self.tp.items():
+            if name == contender and count == workers:
+                for rep, rec in by_repeat.items():
+                    best[rep] = max(best.get(rep, 0.0), rec["rate"])
+        return best
+
+    def capped(self, contender: str, workers: int, batch: int) -> bool:
+        return any(rec["capped"] for rec in self.tp.get((contender, workers, batch), {}).values())
+
+
+def paired(a: dict[int, float], b: dict[int, float]) -> Spread | None:
+    """a / b per repeat, over the repeats both have."""
+    return Spread.of(a[rep] / b[rep] for rep in sorted(set(a) & set(b)) if b[rep] > 0)
+
+
+# -- targets ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """One target of the issue's section 2 against what was measured."""
+
+    target: str
+    measured: Spread | None
+    bound: float
+    at_least: bool  # True: measured >= bound; False: measured <= bound
+    fmt: Callable[[float], str]
+    note: str = ""
+
+    def status(self) -> str:
+        if self.measured is None:
+            return "not measured" + (f" ({self.note})" if self.note else "")
+        value = self.measured.median
+        if (value >= self.bound) if self.at_least else (value <= self.bound):
+            return "**met**"
+        if self.at_least:
+            more = f" (needs {self.bound / value:.2f}{TIMES} more)" if value > 0 else ""
+            return f"**missed** by {(1 - value / self.bound) * 100:.0f}%{more}"
+        over = value / self.bound
+        return f"**missed**: {over:.2f}{TIMES} the limit ({(over - 1) * 100:.0f}% over)"
+
+    def row(self) -> list[str]:
+        shown = self.measured.show(self.fmt) if self.measured else "—"
+        bound = ("≥ " if self.at_least else "≤ ") + self.fmt(self.bound)
+        return [self.target, shown, bound, self.status()]
+
+
+def latency_quantiles(results: Results, mode: str, q: float) -> Spread | None:
+    return Spread.of(
+        quantile(rec["samples_ms"], q) for rec in results.latency if rec["mode"] == mode and rec["samples_ms"]
+    )
+
+
+def enqueue_rates(results: Results, variant: str) -> dict[int, float]:
+    return {rec["repeat"]: rec["rate"] for rec in results.enqueue if rec["variant"] == variant}
+
+
+def claim_medians(results: Results, state: str, key: str = "times_ms") -> dict[int, float]:
+    """Per repeat, the median of the claims after the first (the first is reported on its own)."""
+    return {
+        rec["repeat"]: statistics.median(rec[key][1:] or rec[key])
+        for rec in results.claim_cost
+        if rec["state"] == state
+    }
+
+
+def claim_firsts(results: Results, state: str, key: str = "times_ms") -> dict[int, float]:
+    return {rec["repeat"]: rec[key][0] for rec in results.claim_cost if rec["state"] == state}
+
+
+def soak_rates(soak: dict[str, Any]) -> tuple[float, float] | None:
+    """Jobs/s over the soak's first and last `compare` seconds (interpolated between samples)."""
+    samples = soak.get("samples") or []
+    if len(samples) < 2:
+        return None
+    end = float(soak["seconds"])
+    span = min(float(soak["compare"]), end / 2)
+    if span <= 0:
+        return None
+
+    def processed_at(t: float) -> float:
+        for before, after in itertools.pairwise(samples):
+            if before["t"] <= t <= after["t"]:
+                width = after["t"] - before["t"]
+                share = (t - before["t"]) / width if width > 0 else 1.0
+                return float(before["processed"] + (after["processed"] - before["processed"]) * share)
+        return float(samples[-1]["processed"] if t >= samples[-1]["t"] else samples[0]["processed"])
+
+    first = processed_at(span) / span
+    last = (processed_at(end) - processed_at(end - span)) / span
+    return first, last
+
+
+def checks(view: View) -> list[Check]:
+    r = view.r
+    mode_note = " (quick: scaled down)" if r.meta.get("mode") == "quick" else ""
+    found: list[Check] = []
+    four = 4 if 4 in view.workers else (max(view.workers) if view.workers else 4)
+    found.append(
+        Check(
+            f"Worker, {four} processes, batch 1 / article's queue, batch 1",
+            paired(view.rates(WORKER, four, 1), view.rates("article", four, 1)),
+            1.5,
+            True,
+            ratio,
+        )
+    )
+    found.append(
+        Check(
+            f"Worker, {four} processes, batch 50 / SQL-only ceiling, batch 50",
+            paired(view.rates(WORKER, four, 50), view.rates("sql_ceiling", four, 50)),
+            0.9,
+            True,
+            ratio,
+        )
+    )
+    for prefix, bound in (("pgqueuer", 2.0), ("procrastinate", 10.0)):
+        other = view.find(prefix)
+        worst: Spread | None = None
+        where = ""
+        for count in view.workers:
+            spread = paired(view.best_rates(WORKER, count), view.best_rates(other, count)) if other else None
+            if spread is not None and (worst is None or spread.median < worst.median):
+                worst, where = spread, f"{count} worker{'s' if count > 1 else ''}"
+        found.append(
+            Check(
+                f"Worker / {view.label(other) if other else prefix}, best batch each, at every worker count"
+                f"{f' (worst: {where})' if where else ''}",
+                worst,
+                bound,
+                True,
+                ratio,
+                note="" if other else f"{prefix} not measured",
+            )
+        )
+    found.append(
+        Check(
+            f"Bulk enqueue, one pgjobq.enqueue_many call (jobs/s){mode_note}",
+            Spread.of(enqueue_rates(r, "bulk_python").values()),
+            150_000,
+            True,
+            rate,
+        )
+    )
+    found.append(
+        Check(
+            "Single-row enqueue, NOTIFY trigger / no trigger",
+            paired(enqueue_rates(r, "pgjobq_notify"), enqueue_rates(r, "pgjobq_no_trigger")),
+            0.8,
+            True,
+            ratio,
+        )
+    )
+    found.append(Check("Latency with NOTIFY, p50 (ms)", latency_quantiles(r, "notify", 0.5), 1.0, False, ms))
+    found.append(Check("Latency with NOTIFY, p99 (ms)", latency_quantiles(r, "notify", 0.99), 5.0, False, ms))
+    eight = max(view.r.meta.get("scale", {}).get("work_workers", [8]))
+    work = {
+        rep: rec["rate"] / (eight * IDEAL_PER_WORKER) * 100
+        for rep, rec in view.wk.get((WORKER, eight), {}).items()
+    }
+    found.append(
+        Check(
+            f"5 ms of work, {eight} workers, Worker: % of ideal",
+            Spread.of(work.values()),
+            90.0,
+            True,
+            lambda v: f"{v:.0f}%",
+        )
+    )
+    states = sorted(
+        {rec["state"] for rec in r.claim_cost if rec["state"].startswith("finished_")},
+        key=lambda s: int(s.split("_")[1]),
+    )
+    if states:
+        biggest = states[-1]
+        rows = int(biggest.split("_")[1])
+        found.append(
+            Check(
+                f"Claim cost with {rows:,} finished rows / empty table (median time){mode_note}",
+                paired(claim_medians(r, biggest), claim_medians(r, "empty")),
+                2.0,
+                False,
+                ratio,
+            )
+        )
+    else:
+        found.append(Check("Claim cost with 1,000,000 finished rows / empty", None, 2.0, False, ratio))
+    soak = soak_rates(r.soak) if r.soak else None
+    found.append(
+        Check(
+            f"Soak: throughput in the last {r.soak.get('compare', 60):.0f} s / the first{mode_note}",
+            Spread.of([soak[1] / soak[0]]) if soak and soak[0] > 0 else None,
+            0.8,
+            True,
+            ratio,
+        )
+    )
+    return found
+
+
+# -- ratios side by side ---------------------------------------------------------------
+
+
+def ratio_rows(view: View) -> list[list[str]]:
+    r = view.r
+    rows: list[list[str]] = []
+
+    def add(name: str, spread: Spread | None) -> None:
+        if spread is not None:
+            rows.append([name, spread.show(ratio), str(spread.n)])
+
+    for count in view.workers:
+        add(
+            f"Worker b1 / article b1, {count}w",
+            paired(view.rates(WORKER, count, 1), view.rates("article", count, 1)),
+        )
+    for count in view.workers:
+        add(
+            f"Worker b50 / SQL ceiling b50, {count}w",
+            paired(view.rates(WORKER, count, 50), view.rates("sql_ceiling", count, 50)),
+        )
+    for count in view.workers:
+        add(
+            f"pgjobq SQL b50 / SQL ceiling b50, {count}w",
+            paired(view.rates("pgjobq_sql", count, 50), view.rates("sql_ceiling", count, 50)),
+        )
+    for count in view.workers:
+        add(
+            f"Worker b50 / article bulk-done b50, {count}w",
+            paired(view.rates(WORKER, count, 50), view.rates("article_bulk", count, 50)),
+        )
+    for other in view.contenders:
+        if other in OURS:
+            continue
+        for count in view.workers:
+            add(
+                f"Worker / {view.label(other)} (best batch each), {count}w",
+                paired(view.best_rates(WORKER, count), view.best_rates(other, count)),
+            )
+    add(
+        "enqueue: NOTIFY trigger / no trigger",
+        paired(enqueue_rates(r, "pgjobq_notify"), enqueue_rates(r, "pgjobq_no_trigger")),
+    )
+    add(
+        "enqueue: pgjobq single-row / article INSERT",
+        paired(enqueue_rates(r, "pgjobq_notify"), enqueue_rates(r, "article_insert")),
+    )
+    for state in sorted({rec["state"] for rec in r.claim_cost} - {"empty"}):
+        add(
+            f"claim time: {state} / empty (median claim)",
+            paired(claim_medians(r, state), claim_medians(r, "empty")),
+        )
+        add(
+            f"claim time: {state} / empty (first claim)",
+            paired(claim_firsts(r, state), claim_firsts(r, "empty")),
+        )
+    soak = soak_rates(r.soak) if r.soak else None
+    if soak and soak[0] > 0:
+        add("soak: last / first", Spread.of([soak[1] / soak[0]]))
+    return rows
+
+
+# -- plots -------------------------------------------------------------------------------
+
+
+def plot_throughput(view: View, path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not view.tp:
+        return False
+    batches = view.batches
+    palette = matplotlib.colormaps["tab20" if len(view.contenders) > 10 else "tab10"]
+    colors = {name: palette(i % palette.N) for i, name in enumerate(view.contenders)}
+    markers = {name: "osD^v<>ph*"[i % 10] for i, name in enumerate(view.contenders)}
+    fig, axes = plt.subplots(1, len(batches), figsize=(5 * len(batches), 4.6), sharey=True, squeeze=False)
+    for ax, batch in zip(axes[0], batches, strict=False):
+        for name in view.contenders:
+            xs, ys, lows, highs = [], [], [], []
+            for count in view.workers:
+                spread = Spread.of(view.rates(name, count, batch).values())
+                if spread is not None:
+                    xs.append(count)
+                    ys.append(spread.median)
+                    lows.append(spread.median - spread.low)
+                    highs.append(spread.high - spread.median)
+            if xs:
+                style = "-" if name in OURS else "--"
+                ax.errorbar(
+                    xs,
+                    ys,
+                    yerr=[lows, highs],
+                    marker=markers[name],
+                    color=colors[name],
+                    linestyle=style,
+                    capsize=3,
+                    label=view.label(name),
+                    linewidth=2.2 if name == WORKER else 1.3,
+                )
+        ax.set_title(f"batch {batch}")
+        ax.set_xlabel("worker processes")
+        ax.set_xticks(view.workers)
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel(f"jobs/s (zero work; median, min{DASH}max bars)")
+    by_label: dict[str, Any] = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=False):
+            by_label.setdefault(label, handle)
+    labels = [view.label(name) for name in view.contenders if view.label(name) in by_label]
+    handles = [by_label[label] for label in labels]
+    fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=8, frameon=False)
+    meta = view.r.meta
+    fig.suptitle(
+        f"Throughput, {meta.get('scale', {}).get('jobs', '?'):,} jobs, {meta.get('cpus')} CPUs "
+        f"({meta.get('mode')} run, {meta.get('started', '')[:10]})"
+    )
+    fig.tight_layout(rect=(0, 0.1 + 0.03 * ((len(labels) - 1) // 5), 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_latency(results: Results, path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not results.latency:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for mode, label in (("notify", "LISTEN/NOTIFY"), ("poll", "polling only")):
+        samples = sorted(s for rec in results.latency if rec["mode"] == mode for s in rec["samples_ms"])
+        if samples:
+            ys = [(i + 1) / len(samples) for i in range(len(samples))]
+            ax.plot([max(s, 1e-3) for s in samples], ys, label=f"{label} ({len(samples)} jobs)")
+    ax.set_xscale("log")
+    ax.set_xlabel("enqueue commit → handler start (ms, log scale)")
+    ax.set_ylabel("share of jobs (CDF)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    ax.set_title("Latency on an idle pgjobq Worker")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_soak(results: Results, path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    soak = results.soak
+    samples = soak.get("samples") or []
+    if len(samples) < 2:
+        return False
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    ts = [s["t"] for s in samples]
+    mids, rates = [], []
+    for before, after in itertools.pairwise(samples):
+        width = after["t"] - before["t"]
+        if width > 0:
+            mids.append((before["t"] + after["t"]) / 2)
+            rates.append((after["processed"] - before["processed"]) / width)
+    top.step(mids, rates, where="mid")
+    top.set_ylabel("jobs/s per window")
+    top.grid(True, alpha=0.3)
+    mib = 1024 * 1024
+    bottom.plot(ts, [s.get("table_bytes", 0) / mib for s in samples], label="jobq.jobs (heap)")
+    indexes = sorted({name for s in samples for name in (s.get("index_bytes") or {})})
+    for name in indexes:
+        bottom.plot(ts, [(s.get("index_bytes") or {}).get(name, 0) / mib for s in samples], label=name)
+    bottom.set_ylabel("MiB")
+    bottom.set_xlabel("seconds since the start")
+    bottom.grid(True, alpha=0.3)
+    dead = bottom.twinx()
+    dead.plot(
+        ts, [s.get("dead_tuples") or 0 for s in samples], color="grey", linestyle=":", label="dead tuples"
+    )
+    dead.set_ylabel("dead tuples (dotted)")
+    bottom.legend(fontsize=8, loc="upper left")
+    closed = soak.get("closed_at") or min(soak.get("open_txn_seconds", 0), ts[-1])
+    for ax in (top, bottom):
+        ax.axvspan(0, closed, color="orange", alpha=0.12)
+    top.set_title(
+        f"Soak: {soak['processed']:,} of {soak['jobs']:,} jobs, {soak['workers']} Workers, "
+        f"batch {soak['batch']}; "
+        f"shaded: a transaction held open",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+# -- the report -------------------------------------------------------------------------
+
+
+def _throughput_section(view: View) -> list[str]:
+    out = ["## Throughput, zero work", ""]
+    scale = view.r.meta.get("scale", {})
+    out.append(
+        f"A backlog of {scale.get('jobs', 0):,} jobs drained by *k* worker processes, from the start barrier "
+        f"to the last job counted; jobs/s, median of the repeats (min{DASH}max). † = stopped at the "
+        f"per-run limit of {scale.get('run_limit', 0):g} s (the rate is over the jobs done by then); a run "
+        "that earlier runs show will stop there gets a smaller backlog, twice what it is expected to "
+        "process (at least 1,000 jobs), so that loading jobs does not eat the time budget. A contender that "
+        "cannot batch runs batch 1 only. The clock starts when every worker process has called `ready()`: "
+        "whatever a contender still does after that (the first-job column) counts against it."
+    )
+    out.append("")
+    cells = [(w, b) for w in view.workers for b in view.batches]
+    rows = []
+    for name in view.contenders:
+        row = [view.label(name)]
+        for count, batch in cells:
+            spread = Spread.of(view.rates(name, count, batch).values())
+            row.append(
+                spread.show(rate) + (" †" if view.capped(name, count, batch) else "") if spread else ""
+            )
+        firsts = [
+            rec["first_job"] * 1000
+            for (contender, _, _), by_repeat in view.tp.items()
+            if contender == name
+            for rec in by_repeat.values()
+            if rec.get("first_job")
+        ]
+        first = Spread.of(firsts)
+        row.append(first.show(ms) if first else "")
+        if any(row[1:]):
+            rows.append(row)
+    out.append(table(["contender", *(f"{w}w b{b}" for w, b in cells), "first job, ms"], rows))
+    return out
+
+
+def _work_section(view: View) -> list[str]:
+    if not view.wk:
+        return []
+    scale = view.r.meta.get("scale", {})
+    out = ["## Throughput with 5 ms of work per job", ""]
+    out.append(
+        f"The handler sleeps {scale.get('work_ms', 5):g} ms; the ideal is {IDEAL_PER_WORKER:.0f} jobs/s per "
+        f"worker process. Batch {scale.get('work_batch')} where the contender batches (else its largest "
+        "below), zero-work contenders without a handler (pgbench) left out."
+    )
+    out.append("")
+    rows = []
+    for name in view.contenders:
+        for count in sorted({k[1] for k in view.wk}):
+            recs = view.wk.get((name, count))
+            if not recs:
+                continue
+            spread = Spread.of(rec["rate"] for rec in recs.values())
+            ideal = Spread.of(rec["rate"] / (count * IDEAL_PER_WORKER) * 100 for rec in recs.values())
+            batch = next(iter(recs.values()))["batch"]
+            if spread and ideal:
+                capped = any(rec["capped"] for rec in recs.values())
+                rows.append(
+                    [
+                        view.label(name),
+                        str(count),
+                        str(batch),
+                        spread.show(rate) + (" †" if capped else ""),
+                        ideal.show(lambda v: f"{v:.0f}", "%"),
+                    ]
+                )
+    out.append(table(["contender", "workers", "batch", "jobs/s", "% of ideal"], rows))
+    return out
+
+
+def _enqueue_section(r: Results) -> list[str]:
+    if not r.enqueue and not r.loads:
+        return []
+    names = {
+        "pgjobq_notify": "pgjobq.enqueue, one row per statement, NOTIFY trigger on",
+        "pgjobq_no_trigger": "pgjobq.enqueue, one row per statement, trigger disabled",
+        "article_insert": "article's table, one INSERT per statement",
+        "bulk_python": "pgjobq.enqueue_many from Python, one call",
+        "bulk_sql": "jobq.enqueue_many in SQL, payloads built by the server",
+    }
+    out = ["## Enqueue", ""]
+    rows = []
+    for variant, label in names.items():
+        recs = [rec for rec in r.enqueue if rec["variant"] == variant and not rec.get("error")]
+        spread = Spread.of(rec["rate"] for rec in recs)
+        if spread and recs:
+            rows.append([label, str(recs[0]["clients"]), f"{recs[0]['jobs']:,}", spread.show(rate)])
+    if rows:
+        out.append("Each statement is its own transaction (autocommit); durable commits.")
+        out.append("")
+        out.append(table(["what", "clients", "jobs", "jobs/s"], rows))
+    loads: dict[str, list[float]] = defaultdict(list)
+    sizes: dict[str, int] = {}
+    full_size = r.meta.get("scale", {}).get("jobs")
+    for rec in r.loads:
+        if rec["workload"] == "throughput" and rec["seconds"] > 0 and rec["jobs"] == full_size:
+            loads[rec["contender"]].append(rec["jobs"] / rec["seconds"])
+            sizes[rec["contender"]] = rec["jobs"]
+    if loads:
+        labels = r.meta.get("labels", {})
+        out += [
+            "",
+            "Loading a full backlog for a throughput run with the contender's own bulk path (`enqueue`):",
+            "",
+        ]
+        out.append(
+            table(
+                ["contender", "jobs", "jobs/s"],
+                [
+                    [labels.get(name, name), f"{sizes[name]:,}", spread.show(rate)]
+                    for name in sorted(
+                        loads, key=lambda n: list(labels).index(n) if n in labels else len(labels)
+                    )
+                    if (spread := Spread.of(loads[name]))
+                ],
+            )
+        )
+    return out
+
+
+def _latency_section(r: Results) -> list[str]:
+    if not r.latency:
+        return []
+    first = r.latency[0]
+    out = ["## Latency", ""]
+    out.append(
+        f"{first['jobs']} jobs enqueued one at a time (one commit each, random gaps) to one idle pgjobq "
+        f"Worker (batch 10, concurrency 1; poll interval {first['poll_interval']:g} s); from the moment the "
+        "enqueue's commit returned to the producer to the moment the handler started, both read from "
+        f"CLOCK_MONOTONIC. Milliseconds, median over the repeats (min{DASH}max)."
+    )
+    out.append("")
+    rows = []
+    for mode, label in (("notify", "LISTEN/NOTIFY"), ("poll", "polling only (listen off)")):
+        cols = [label]
+        for q in (0.5, 0.9, 0.99, 1.0):
+            spread = latency_quantiles(r, mode, q)
+            cols.append(spread.show(ms) if spread else "—")
+        missing = sum(rec["missing"] for rec in r.latency if rec["mode"] == mode)
+        cols.append(str(missing))
+        rows.append(cols)
+    out.append(table(["mode", "p50", "p90", "p99", "max", "not started"], rows))
+    return out
+
+
+PLAN_NODE = re.compile(r"->\s+([A-Z][A-Za-z ]*?(?:Scan|Join|Loop))(?: using (\w+))?(?: on (\w+))?")
+
+
+def plan_summary(plan: str) -> str:
+    """The scans and joins of a text plan, in order: "Index Scan using jobs_claim_idx, Hash Join, ..."."""
+    nodes = []
+    for match in PLAN_NODE.finditer(plan):
+        node, index, relation = match.groups()
+        if node == "CTE Scan":
+            continue
+        nodes.append(node + (f" {index}" if index else f" {relation}" if relation else ""))
+    return ", ".join(nodes)
+
+
+def _claim_section(r: Results) -> list[str]:
+    if not r.claim_cost:
+        return []
+    out = ["## Claim cost", ""]
+    first = r.claim_cost[0]
+    out.append(
+        f"`jobq.claim(queue, 10, ...)` with {first['queued']:,} queued jobs behind the rows named; "
+        "server-side "
+        "execution time and shared buffers (hit + read) from `EXPLAIN (ANALYZE, BUFFERS)`, on a fresh "
+        "connection after one claim on an empty queue (which plans the statement). Finished rows were "
+        "inserted as done and vacuumed; dead tuples are jobs updated from queued to done and not vacuumed "
+        "(autovacuum off on the table in these databases; that table is built afresh for every repeat, so "
+        "its first claim is the first one after the update). Median over the repeats "
+        f"(min{DASH}max); the plan column names the scans and joins of the statement inside jobq.claim "
+        "(auto_explain, one claim per table)."
+    )
+    out.append("")
+    rows = []
+    states = list(dict.fromkeys(rec["state"] for rec in r.claim_cost))
+    for state in states:
+        recs = [rec for rec in r.claim_cost if rec["state"] == state]
+        rows.append(
+            [
+                state,
+                f"{recs[0]['finished_rows']:,}",
+                f"{recs[0]['dead_tuples']:,}",
+                (Spread.of(claim_firsts(r, state).values()) or Spread(0, 0, 0, 0)).show(ms),
+                (Spread.of(claim_firsts(r, state, "buffers").values()) or Spread(0, 0, 0, 0)).show(rate),
+                (Spread.of(claim_medians(r, state).values()) or Spread(0, 0, 0, 0)).show(ms),
+                (Spread.of(claim_medians(r, state, "buffers").values()) or Spread(0, 0, 0, 0)).show(rate),
+                plan_summary(r.claim_plans.get(state, "")),
+            ]
+        )
+    out.append(
+        table(
+            [
+                "table",
+                "finished rows",
+                "dead tuples",
+                "first claim ms",
+                "first claim buffers",
+                "median claim ms",
+                "median claim buffers",
+                "plan",
+            ],
+            rows,
+        )
+    )
+    finished = [state for state in states if state.startswith("finished_")]
+    shown = {"empty", *finished[-1:], *(state for state in states if state.startswith("dead_"))}
+    for state, plan in r.claim_plans.items():
+        if plan and state in shown:
+            out += [
+                "",
+                f"<details><summary>plan inside jobq.claim, {state}</summary>",
+                "",
+                "```",
+                plan.strip(),
+                "```",
+                "</details>",
+            ]
+    return out
+
+
+def _soak_section(r: Results) -> list[str]:
+    soak = r.soak
+    if not soak:
+        return []
+    out = ["## Soak", ""]
+    capped = " (stopped at the time limit)" if soak.get("capped") else ""
+    out.append(
+        f"{soak['jobs']:,} jobs enqueued up front, {soak['workers']} pgjobq Worker processes (batch "
+        f"{soak['batch']}), while another session holds a REPEATABLE READ transaction open for the first "
+        f"{soak['open_txn_seconds']:g} s. {soak['processed']:,} jobs in {soak['seconds']:.0f} s{capped}."
+    )
+    rates = soak_rates(soak)
+    if rates:
+        out.append(
+            f"First {soak['compare']:g} s: {rates[0]:,.0f} jobs/s; "
+            f"last {soak['compare']:g} s: {rates[1]:,.0f} "
+            f"jobs/s ({rates[1] / rates[0]:.2f}{TIMES})."
+            if rates[0] > 0
+            else ""
+        )
+    if soak.get("error"):
+        out.append(f"Error: `{soak['error'].strip().splitlines()[-1]}`")
+    out.append("")
+    rows = []
+    samples = soak.get("samples") or []
+    mib = 1024 * 1024
+    digits = 0 if soak.get("window", 10) >= 5 else 1
+    for before, after in itertools.pairwise(samples):
+        width = after["t"] - before["t"]
+        if width <= 0:
+            continue
+        indexes = after.get("index_bytes") or {}
+        rows.append(
+            [
+                f"{before['t']:.{digits}f}{DASH}{after['t']:.{digits}f}",
+                rate((after["processed"] - before["processed"]) / width),
+                f"{after.get('table_bytes', 0) / mib:.1f}",
+                " / ".join(f"{indexes[k] / mib:.1f}" for k in sorted(indexes)),
+                f"{after.get('dead_tuples') or 0:,}",
+                str(after.get("autovacuums") or 0),
+            ]
+        )
+    index_names = sorted(next((s.get("index_bytes") for s in samples if s.get("index_bytes")), {}) or {})
+    out.append(
+        table(
+            [
+                "seconds",
+                "jobs/s",
+                "table MiB",
+                f"indexes MiB ({' / '.join(index_names)})",
+                "dead tuples",
+                "autovacuums",
+            ],
+            rows,
+        )
+    )
+    return out
+
+
+def _meta_section(r: Results) -> list[str]:
+    meta = r.meta
+    server = meta.get("server", {})
+    out = ["## How this was run", ""]
+    timings = ", ".join(f"{k} {v:.0f} s" for k, v in r.timings.items())
+    out.append(
+        f"- Command: `{meta.get('command')}` ({meta.get('mode')} mode, {meta.get('repeats')} interleaved "
+        f"repeats), started {meta.get('started')}, git {meta.get('git')}."
+    )
+    out.append(f"- Wall time: {timings}.")
+    start, end = meta.get("load_average_start", []), meta.get("load_average_end", [])
+    out.append(
+        f"- Machine: {meta.get('cpus')} CPUs, {meta.get('platform')}, Python {meta.get('python')}. "
+        "Load average "
+        f"(1/5/15 min) {'/'.join(f'{x:.1f}' for x in start)} at the start, "
+        f"{'/'.join(f'{x:.1f}' for x in end)} at the end: other work on the machine shares the CPUs, "
+        "which is "
+        "why every figure is a ratio measured side by side."
+    )
+    out.append(
+        f"- PostgreSQL {server.get('server_version')}, one throwaway server for all: "
+        f"fsync {server.get('fsync')}, "
+        f"synchronous_commit {server.get('synchronous_commit')}, full_page_writes "
+        f"{server.get('full_page_writes')}, shared_buffers {server.get('shared_buffers')}, max_wal_size "
+        f"{server.get('max_wal_size')}, autovacuum {server.get('autovacuum')}; "
+        "a fresh database per contender; "
+        + (
+            "ANALYZE and CHECKPOINT before every run."
+            if meta.get("scale", {}).get("checkpoint_each_run", True)
+            else "ANALYZE before every run (no CHECKPOINT: the quick run is shorter than checkpoint_timeout "
+            "and writes far less than max_wal_size)."
+        )
+    )
+    if meta.get("redis"):
+        out.append(f"- Redis: {meta['redis']} (persistence off, as in the article).")
+    packages = ", ".join(f"{k} {v}" for k, v in meta.get("packages", {}).items())
+    out.append(f"- Packages: {packages}.")
+    docs = meta.get("docs", {})
+    if docs:
+        out += ["", "Contenders and their settings:", ""]
+        out += [f"- **{meta['labels'].get(k, k)}** (`{k}`): {v}" for k, v in docs.items()]
+    if r.skipped:
+        out += ["", "Skipped:", ""]
+        out += [f"- `{k}`: {v}" for k, v in r.skipped.items()]
+    return out
+
+
+def write_report(results: Results, out: Path) -> str:
+    """Write report.md and the plots to out; return the summary (targets and ratios) as text."""
+    view = View(results)
+    plots = {
+        "throughput.png": plot_throughput(view, out / "throughput.png"),
+        "latency.png": plot_latency(results, out / "latency.png"),
+        "soak.png": plot_soak(results, out / "soak.png"),
+    }
+    found = checks(view)
+    targets = table(["target (issue 4, section 2)", "measured", "target", "status"], [c.row() for c in found])
+    ratios = table(["ratio (paired per repeat)", f"median (min{DASH}max)", "repeats"], ratio_rows(view))
+    meta = results.meta
+    total = results.timings.get("total", 0)
+    lines = [
+        f"# pgjobq benchmark ({meta.get('mode')} run)",
+        "",
+        f"`{meta.get('command')}` · {meta.get('started')} · {meta.get('cpus')} CPUs · "
+        f"wall time {total:.0f} s · "
+        "all figures measured in this run, side by side",
+        "",
+        "## Targets",
+        "",
+        targets,
+        "",
+        "## Ratios",
+        "",
+        ratios,
+        "",
+    ]
+    if plots["throughput.png"]:
+        lines += ["![throughput by workers and batch](throughput.png)", ""]
+    lines += [*_throughput_section(view), ""]
+    lines += [*_work_section(view), ""]
+    lines += [*_enqueue_section(results), ""]
+    lines += [*_latency_section(results), ""]
+    if plots["latency.png"]:
+        lines += ["![latency distribution](latency.png)", ""]
+    lines += [*_claim_section(results), ""]
+    lines += [*_soak_section(results), ""]
+    if plots["soak.png"]:
+        lines += ["![soak over time](soak.png)", ""]
+    lines += _meta_section(results)
+    (out / "report.md").write_text("\n".join(lines).rstrip() + "\n")
+    return "\n".join(
+        [f"pgjobq benchmark, {meta.get('mode')} run, wall time {total:.0f} s", "", targets, "", ratios]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: report.py RESULTS_FOLDER  (re-renders report.md and the plots from results.json)")
+        return 2
+    folder = Path(args[0])
+    print(write_report(Results.load(folder / "results.json"), folder))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,754 @@
+"""The workloads of the benchmark, at two scales (quick and full).
+
+Every workload repeats ``repeats`` times and interleaves what it compares
+inside each repeat (contenders, variants, table states), so that a drift of
+the machine hits all of them alike.  Results are plain dicts and lists
+(``Results``), written to results.json and rendered by report.py.
+
+- throughput: zero work per job, every contender, workers x batch, a
+  backlog of ``jobs`` jobs drained from the start barrier to the last job.
+- work: 5 ms of work per job (the handler sleeps), 1 and 8 workers.
+- enqueue: single-row enqueues from 4 clients (pgjobq with its NOTIFY
+  trigger and without it; the article's INSERT), and one bulk call.
+- latency: enqueue commit to handler start on an idle pgjobq Worker, with
+  LISTEN/NOTIFY and polling only.
+- claim cost: jobq.claim's execution time and shared buffers with finished
+  rows in the table, and with dead tuples not yet vacuumed.
+- soak: a large backlog through 4 pgjobq Workers while another session
+  holds a transaction (a snapshot) open; throughput and sizes over time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from multiprocessing.queues import Queue
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+import pgjobq
+
+from contenders import article
+from contenders.base import Contender, Target, WorkerHooks
+from contenders.pgjobq_sql import QUEUE, pgjobq_setup
+from contenders.pgjobq_worker import PgjobqWorker, run_until, worker_settings
+from contenders.sql_ceiling import DrivenContender
+from driver import Measured, Servers, Task, WorkerPool, WorkTask, timer
+
+__all__ = ["FULL", "QUICK", "Bench", "Scale"]
+
+IDEAL_PER_WORKER = 200.0  # jobs/s one worker can do at 5 ms per job
+MIN_BACKLOG = 1_000  # the smallest backlog a zero-work run is given (see Bench._backlog)
+
+# jobs built by the server: one jobq.enqueue_many call of jobs %(first)s..%(last)s
+BULK_SQL = """
+SELECT cardinality(jobq.enqueue_many(%(queue)s, array_agg(jsonb_build_object('i', g))))
+  FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g
+"""
+
+# Table states for the claim cost and the soak are built straight into jobq.jobs (as the extension's
+# owner): these workloads measure claiming, not enqueueing, and this is several times faster.
+QUEUED_SQL = """
+INSERT INTO jobq.jobs (queue, payload)
+SELECT %(queue)s, jsonb_build_object('i', g) FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g
+"""
+FINISHED_SQL = """
+INSERT INTO jobq.jobs (queue, payload, status, attempts, lease, locked_by, locked_at, finished_at)
+SELECT %(queue)s, jsonb_build_object('i', g), 'done', 1, 1, 'builder', now(), now()
+  FROM generate_series(1, %(count)s::bigint) AS g
+"""
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How big each workload is."""
+
+    name: str
+    # throughput, zero work
+    jobs: int
+    workers: tuple[int, ...]
+    batches: tuple[int, ...]
+    run_limit: float  # seconds; a run still short of its goal then is stopped and reported as capped
+    # throughput, work
+    work_ms: float
+    work_workers: tuple[int, ...]
+    work_batch: int
+    work_run_seconds: float  # jobs = workers * ideal rate * this
+    # enqueue
+    enqueue_clients: int
+    enqueue_single_jobs: int  # in all, over the clients
+    enqueue_bulk_jobs: int
+    # latency
+    latency_jobs: int
+    latency_gap: tuple[float, float]  # seconds between enqueues, uniform
+    latency_poll: float  # the Worker's poll_interval (its default is 1 s)
+    # claim cost
+    claim_finished: tuple[int, ...]
+    claim_dead: int
+    claim_queued: int
+    claim_samples: int
+    # soak
+    soak_jobs: int
+    soak_workers: int
+    soak_batch: int
+    soak_open_txn: float
+    soak_window: float
+    soak_limit: float
+    soak_compare: float  # "first minute" and "last minute" of the soak, in seconds
+    # a CHECKPOINT before every run, so that none falls inside one (the quick run is shorter than
+    # checkpoint_timeout and writes far less than max_wal_size: no checkpoint can start during it)
+    checkpoint_each_run: bool = True
+
+    @property
+    def pool_size(self) -> int:
+        return max(*self.workers, *self.work_workers, self.enqueue_clients, self.soak_workers)
+
+
+FULL = Scale(
+    name="full",
+    jobs=20_000,
+    workers=(1, 4, 8),
+    batches=(1, 10, 50),
+    run_limit=0.7,
+    work_ms=5.0,
+    work_workers=(1, 8),
+    work_batch=10,
+    work_run_seconds=0.6,
+    enqueue_clients=4,
+    enqueue_single_jobs=4_000,
+    enqueue_bulk_jobs=100_000,
+    latency_jobs=200,
+    latency_gap=(0.005, 0.025),
+    latency_poll=1.0,
+    claim_finished=(100_000, 1_000_000),
+    claim_dead=100_000,
+    claim_queued=2_000,
+    claim_samples=20,
+    soak_jobs=1_000_000,
+    soak_workers=4,
+    soak_batch=10,
+    soak_open_txn=300.0,
+    soak_window=10.0,
+    soak_limit=300.0,
+    soak_compare=60.0,
+)
+
+QUICK = Scale(
+    name="quick",
+    jobs=1_500,
+    workers=(4,),
+    batches=(1, 50),
+    run_limit=0.3,
+    work_ms=5.0,
+    work_workers=(8,),
+    work_batch=10,
+    work_run_seconds=0.25,
+    enqueue_clients=4,
+    enqueue_single_jobs=400,
+    enqueue_bulk_jobs=10_000,
+    latency_jobs=20,
+    latency_gap=(0.02, 0.05),
+    latency_poll=1.0,
+    claim_finished=(10_000, 50_000),
+    claim_dead=5_000,
+    claim_queued=500,
+    claim_samples=10,
+    soak_jobs=50_000,
+    soak_workers=4,
+    soak_batch=10,
+    soak_open_txn=10.0,
+    soak_window=1.0,
+    soak_limit=10.0,
+    soak_compare=2.5,
+    checkpoint_each_run=False,
+)
+
+
+# -- tasks the worker processes run besides contenders' loops ----------------------------
+
+
+@dataclass(frozen=True)
+class EnqueueTask(Task):
+    """Single-row enqueues, one statement and one commit each, until count or the stop."""
+
+    dsn: str
+    kind: str  # "pgjobq" (jobq.enqueue through the Python client) or "article" (the article's INSERT)
+    count: int
+
+    def run(self, hooks: WorkerHooks, outbox: Queue[tuple[Any, ...]]) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            hooks.ready()
+            for i in range(self.count):
+                if hooks.should_stop():
+                    return
+                if self.kind == "pgjobq":
+                    pgjobq.enqueue(conn, QUEUE, {"i": i})
+                else:
+                    conn.execute(article.SINGLE_INSERT_SQL, (json.dumps({"i": i}),))
+                hooks.processed(1)
+
+
+@dataclass(frozen=True)
+class LatencyTask(Task):
+    """An idle pgjobq Worker whose handler reports when each job started: ("started", i, clock)."""
+
+    dsn: str
+    listen: bool
+    poll_interval: float
+
+    def run(self, hooks: WorkerHooks, outbox: Queue[tuple[Any, ...]]) -> None:
+        clock = time.perf_counter
+
+        def handler(job: pgjobq.Job) -> None:
+            outbox.put(("started", job.payload["i"], clock()))
+
+        settings = worker_settings(10, listen=self.listen, poll_interval=self.poll_interval)
+        worker = pgjobq.Worker(self.dsn, handler, settings)
+        hooks.ready()
+        run_until(worker, hooks.should_stop)
+
+
+# -- results --------------------------------------------------------------------------
+
+
+@dataclass
+class Results:
+    """Everything measured, as JSON-ready lists of records."""
+
+    meta: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    throughput: list[dict[str, Any]] = field(default_factory=list)
+    work: list[dict[str, Any]] = field(default_factory=list)
+    loads: list[dict[str, Any]] = field(default_factory=list)
+    enqueue: list[dict[str, Any]] = field(default_factory=list)
+    latency: list[dict[str, Any]] = field(default_factory=list)
+    claim_cost: list[dict[str, Any]] = field(default_factory=list)
+    claim_plans: dict[str, str] = field(default_factory=dict)
+    soak: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> Results:
+        return cls(**json.loads(path.read_text()))
+
+
+def _measured(record: dict[str, Any], measured: Measured) -> dict[str, Any]:
+    record.update(
+        processed=measured.processed,
+        seconds=measured.seconds,
+        rate=measured.rate,
+        capped=measured.capped,
+        error=measured.error,
+        first_job=measured.first_job,
+        phases=measured.phases,
+    )
+    return record
+
+
+def _bulk(conn: psycopg.Connection[Any], first: int, last: int) -> None:
+    """Jobs first..last in one jobq.enqueue_many call, payloads built by the server."""
+    conn.execute(BULK_SQL, {"queue": QUEUE, "first": first, "last": last})
+
+
+def _queued(conn: psycopg.Connection[Any], first: int, last: int) -> None:
+    """Queued jobs first..last inserted straight into jobq.jobs (building a table state, not enqueueing)."""
+    conn.execute(QUEUED_SQL, {"queue": QUEUE, "first": first, "last": last})
+
+
+def _batch_for(contender: Contender, batch: int) -> int:
+    """batch if the contender honours it, else the largest it honours below it (or its smallest)."""
+    if contender.batches is None or batch in contender.batches:
+        return batch
+    below = [b for b in contender.batches if b <= batch]
+    return max(below) if below else min(contender.batches)
+
+
+def _first_line(text: str | None) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+# -- the workloads -----------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    """One benchmark run: the servers, the worker processes, the contenders, the results."""
+
+    scale: Scale
+    repeats: int
+    servers: Servers
+    pool: WorkerPool
+    contenders: dict[str, Contender]
+    results: Results
+    log: Callable[[str], None]
+    targets: dict[str, Target] = field(default_factory=dict)
+    broken: dict[str, str] = field(default_factory=dict)
+
+    # -- contenders ---------------------------------------------------------------------
+
+    def prepare_contenders(self) -> None:
+        """A fresh database per contender, and its setup; a contender whose setup fails is skipped."""
+        for name, contender in list(self.contenders.items()):
+            if contender.needs_redis and self.servers.redis_url is None:
+                self.results.skipped[name] = f"needs Redis: {self.servers.redis_note}"
+                del self.contenders[name]
+                continue
+            try:
+                target = self.servers.create_database(f"bench_{name}")
+                contender.setup(target)
+            except Exception as exc:
+                self.results.skipped[name] = f"setup failed: {type(exc).__name__}: {_first_line(str(exc))}"
+                del self.contenders[name]
+                continue
+            self.targets[name] = target
+
+    def _order(self, repeat: int) -> list[str]:
+        """Contenders in the order of this repeat: rotated, so none always follows the same one."""
+        names = list(self.contenders)
+        if not names:
+            return names
+        shift = repeat % len(names)
+        return names[shift:] + names[:shift]
+
+    def _load(self, name: str, count: int, workload: str) -> dict[str, float]:
+        """Reset the contender, load count jobs (timed), and settle the database; return the phases' times."""
+        contender, target = self.contenders[name], self.targets[name]
+        with timer() as reset:
+            contender.reset(target)
+        with timer() as load:
+            contender.enqueue(target, count)
+        self.results.loads.append({"contender": name, "workload": workload, "jobs": count, "seconds": load()})
+        with timer() as settle:
+            self.servers.settle(target.dsn, checkpoint=self.scale.checkpoint_each_run)
+        return {"reset": reset(), "load": load(), "settle": settle()}
+
+    def _run(
+        self, name: str, workers: int, batch: int, jobs: int, work_seconds: float, limit: float
+    ) -> Measured:
+        contender, target = self.contenders[name], self.targets[name]
+        phases = self._load(name, jobs, "work" if work_seconds else "throughput")
+        if isinstance(contender, DrivenContender):
+            driven = contender.drive(target, workers, batch, jobs, limit, self.servers.pg.bindir)
+            measured = Measured(driven.processed, driven.seconds, capped=driven.capped)
+        else:
+            tasks: list[Task] = [WorkTask(type(contender), target, batch, work_seconds)] * workers
+            measured = self.pool.measure(tasks, goal=jobs, limit=limit)
+        measured.phases.update(phases)
+        return measured
+
+    def _plan(self, work: bool) -> Iterator[tuple[int, int, int, str]]:
+        """(repeat, workers, batch, contender) of every run, interleaved: each repeat goes through every
+        cell, and each cell through every contender (rotated per repeat) that can run it."""
+        scale = self.scale
+        for repeat in range(self.repeats):
+            for count in scale.work_workers if work else scale.workers:
+                for batch in (scale.work_batch,) if work else scale.batches:
+                    for name in self._order(repeat):
+                        contender = self.contenders[name]
+                        if work and isinstance(contender, DrivenContender) and not contender.supports_work:
+                            continue  # pgbench has no handler to wait in
+                        used = _batch_for(contender, batch)
+                        if used != batch and not work:
+                            continue  # it cannot batch this way: the zero-work grid leaves the cell empty
+                        yield repeat, count, used, name
+
+    def _backlog(self, name: str, workers: int, batch: int) -> int:
+        """How many jobs to load for a zero-work run: scale.jobs, unless earlier runs show the run will
+        stop at its time limit long before; then twice what it is expected to process (at least
+        MIN_BACKLOG), so that loading never dominates the benchmark's time and the queue never runs dry.
+
+        The expectation is the most this contender processed in the same cell in an earlier repeat, or
+        else in a cell of the same batch with fewer workers, scaled by the worker count.
+        """
+        best = 0.0
+        for run in self.results.throughput:
+            if run["contender"] != name or run["batch"] != batch or run["error"] or not run["capped"]:
+                continue
+            if run["workers"] == workers:
+                best = max(best, float(run["processed"]))
+            elif run["workers"] < workers:
+                best = max(best, run["processed"] * workers / run["workers"])
+        if best <= 0:
+            return self.scale.jobs
+        return min(self.scale.jobs, max(MIN_BACKLOG, math.ceil(2 * best)))
+
+    def throughput(self, *, work: bool) -> None:
+        """Drain a backlog: every contender, every worker count and batch it can honour."""
+        scale = self.scale
+        work_seconds = scale.work_ms / 1000 if work else 0.0
+        records = self.results.work if work else self.results.throughput
+        for repeat, count, batch, name in self._plan(work):
+            if name in self.broken:
+                continue
+            if work:
+                jobs = round(count * IDEAL_PER_WORKER * scale.work_run_seconds)
+                limit = 2 * scale.work_run_seconds  # a run at 50% of ideal still finishes
+            else:
+                jobs, limit = self._backlog(name, count, batch), scale.run_limit
+            try:
+                measured = self._run(name, count, batch, jobs, work_seconds, limit)
+            except Exception as exc:
+                measured = Measured(0, 0.0, error=f"{type(exc).__name__}: {exc}")
+            run = {
+                "contender": name,
+                "workers": count,
+                "batch": batch,
+                "work_ms": scale.work_ms if work else 0.0,
+            }
+            run.update(repeat=repeat, jobs=jobs, limit=limit)
+            records.append(_measured(run, measured))
+            if measured.error:
+                self.broken[name] = _first_line(measured.error)
+                self.log(f"  {name}: FAILED ({self.broken[name]}); skipping it from now on")
+                continue
+            first = f"first job {measured.first_job * 1000:5.0f} ms" if measured.first_job else ""
+            capped = "  (capped)" if measured.capped else ""
+            self.log(
+                f"  r{repeat} {name:<16} w={count} b={batch:<3} {measured.rate:>9.0f} jobs/s {first}{capped}"
+            )
+
+    # -- enqueue ------------------------------------------------------------------------
+
+    def enqueue(self) -> None:
+        """Single-row enqueues from several clients (NOTIFY trigger on and off), then bulk calls."""
+        scale = self.scale
+        pgjobq_target = self.servers.create_database("bench_enqueue")
+        pgjobq_setup(pgjobq_target)
+        article_target = self.servers.create_database("bench_enqueue_article")
+        article.ArticleQueue().setup(article_target)
+        per_client = scale.enqueue_single_jobs // scale.enqueue_clients
+        total = per_client * scale.enqueue_clients
+        variants: dict[str, tuple[str, Target]] = {
+            "pgjobq_notify": ("pgjobq", pgjobq_target),
+            "pgjobq_no_trigger": ("pgjobq", pgjobq_target),
+            "article_insert": ("article", article_target),
+        }
+        for repeat in range(self.repeats):
+            names = list(variants)
+            names = names[repeat % len(names) :] + names[: repeat % len(names)]
+            for variant in names:
+                kind, target = variants[variant]
+                with psycopg.connect(target.dsn, autocommit=True) as conn:
+                    conn.execute("TRUNCATE jobq.jobs" if kind == "pgjobq" else article.RESET_SQL)
+                    if variant == "pgjobq_no_trigger":
+                        conn.execute("ALTER TABLE jobq.jobs DISABLE TRIGGER jobs_notify_trg")
+                self.servers.settle(target.dsn, checkpoint=self.scale.checkpoint_each_run)
+                try:
+                    tasks: list[Task] = [EnqueueTask(target.dsn, kind, per_client)] * scale.enqueue_clients
+                    measured = self.pool.measure(tasks, goal=total, limit=120)
+                finally:
+                    if variant == "pgjobq_no_trigger":
+                        with psycopg.connect(target.dsn, autocommit=True) as conn:
+                            conn.execute("ALTER TABLE jobq.jobs ENABLE TRIGGER jobs_notify_trg")
+                self.results.enqueue.append(
+                    _measured(
+                        {
+                            "variant": variant,
+                            "clients": scale.enqueue_clients,
+                            "jobs": total,
+                            "repeat": repeat,
+                        },
+                        measured,
+                    )
+                )
+                self.log(f"  r{repeat} {variant:<22} {measured.rate:>9.0f} jobs/s")
+            for variant in ("bulk_python", "bulk_sql"):
+                with psycopg.connect(pgjobq_target.dsn, autocommit=True) as conn:
+                    conn.execute("TRUNCATE jobq.jobs")
+                self.servers.settle(pgjobq_target.dsn, checkpoint=self.scale.checkpoint_each_run)
+                count = scale.enqueue_bulk_jobs
+                with psycopg.connect(pgjobq_target.dsn, autocommit=True) as conn:
+                    if variant == "bulk_python":
+                        payloads = [{"i": i} for i in range(count)]
+                        with timer() as elapsed:
+                            pgjobq.enqueue_many(conn, QUEUE, payloads)
+                    else:
+                        with timer() as elapsed:
+                            _bulk(conn, 1, count)
+                measured = Measured(count, elapsed())
+                self.results.enqueue.append(
+                    _measured({"variant": variant, "clients": 1, "jobs": count, "repeat": repeat}, measured)
+                )
+                self.log(f"  r{repeat} {variant:<22} {measured.rate:>9.0f} jobs/s")
+
+    # -- latency ------------------------------------------------------------------------
+
+    def latency(self) -> None:
+        """Enqueue commit to handler start on an idle pgjobq Worker: LISTEN/NOTIFY, then polling only."""
+        scale = self.scale
+        target = self.servers.create_database("bench_latency")
+        pgjobq_setup(target)
+        rng = random.Random(4)
+        for repeat in range(self.repeats):
+            modes = ["notify", "poll"] if repeat % 2 == 0 else ["poll", "notify"]
+            for mode in modes:
+                samples, missing = self._latency_run(target, mode == "notify", rng)
+                self.results.latency.append(
+                    {
+                        "mode": mode,
+                        "repeat": repeat,
+                        "jobs": scale.latency_jobs,
+                        "poll_interval": scale.latency_poll,
+                        "samples_ms": samples,
+                        "missing": missing,
+                    }
+                )
+                if samples:
+                    quantiles = statistics.quantiles(samples, n=100, method="inclusive")
+                    self.log(
+                        f"  r{repeat} {mode:<7} p50 {quantiles[49]:8.2f} ms  p99 {quantiles[98]:8.2f} ms"
+                        f"{f'  ({missing} missing)' if missing else ''}"
+                    )
+
+    def _latency_run(self, target: Target, listen: bool, rng: random.Random) -> tuple[list[float], int]:
+        scale = self.scale
+        with psycopg.connect(target.dsn, autocommit=True) as conn:
+            conn.execute("TRUNCATE jobq.jobs")
+        self.servers.settle(target.dsn, checkpoint=self.scale.checkpoint_each_run)
+        self.pool.take_messages("started")
+        self.pool.start([LatencyTask(target.dsn, listen, scale.latency_poll)], goal=1 << 60)
+        committed: dict[int, float] = {}
+        started: dict[int, float] = {}
+
+        def collect(until: Callable[[], bool], timeout: float) -> None:
+            deadline = time.monotonic() + timeout
+            while not until() and time.monotonic() < deadline:
+                for _, i, clock in self.pool.take_messages("started"):
+                    started.setdefault(int(i), float(clock))
+                time.sleep(0.001)
+
+        try:
+            with psycopg.connect(target.dsn, autocommit=True) as conn:
+                # warm-up: the Worker is connected, listening and idle once these ran
+                for i in (-3, -2, -1):
+                    pgjobq.enqueue(conn, QUEUE, {"i": i})
+                collect(lambda: all(i in started for i in (-3, -2, -1)), scale.latency_poll + 10)
+                collect(lambda: False, 0.05)
+                for i in range(scale.latency_jobs):
+                    pause = rng.uniform(*scale.latency_gap)
+                    collect(lambda: False, pause)
+                    pgjobq.enqueue(conn, QUEUE, {"i": i})
+                    committed[i] = time.perf_counter()
+                collect(lambda: all(i in started for i in committed), scale.latency_poll + 10)
+        finally:
+            errors = self.pool.finish()
+        if errors:
+            raise RuntimeError(errors[0])
+        samples = [(started[i] - committed[i]) * 1000 for i in committed if i in started]
+        return samples, len(committed) - len(samples)
+
+    # -- claim cost ---------------------------------------------------------------------
+
+    def claim_cost(self) -> None:
+        """jobq.claim(queue, 10, ...) on tables of several states, each in its own database.
+
+        The finished-rows states are built once.  The dead-tuples state is built afresh for every
+        repeat (its first claim marks the dead index entries it walks, so a second first claim would
+        not be one), and once more at the end for its plan.
+        """
+        scale = self.scale
+        states: dict[str, tuple[int, int]] = {"empty": (0, 0)}
+        for finished in scale.claim_finished:
+            states[f"finished_{finished}"] = (finished, 0)
+        dead_state = f"dead_{scale.claim_dead}"
+        states[dead_state] = (scale.claim_dead, scale.claim_dead)
+        targets: dict[str, Target] = {}
+
+        def build(state: str) -> Target:
+            with timer() as elapsed:
+                targets[state] = self._claim_state(state, *states[state])
+            self.log(f"  built {state} in {elapsed():.1f} s")
+            return targets[state]
+
+        for state in states:
+            if state != dead_state:
+                build(state)
+        for repeat in range(self.repeats):
+            names = list(states)
+            names = names[repeat % len(names) :] + names[: repeat % len(names)]
+            for state in names:
+                finished, dead = states[state]
+                target = build(state) if state == dead_state else targets[state]
+                times, buffers = self._claim_samples(target)
+                self.results.claim_cost.append(
+                    {
+                        "state": state,
+                        "finished_rows": finished,
+                        "dead_tuples": dead,
+                        "repeat": repeat,
+                        "queued": scale.claim_queued,
+                        "times_ms": times,
+                        "buffers": buffers,
+                    }
+                )
+                self.log(
+                    f"  r{repeat} {state:<16} first {times[0]:7.3f} ms {buffers[0]:>6} buf; "
+                    f"median {statistics.median(times[1:]):7.3f} ms {statistics.median(buffers[1:]):>6} buf"
+                )
+        build(dead_state)
+        for state, target in targets.items():
+            self.results.claim_plans[state] = self._claim_plan(target)
+
+    def _claim_state(self, state: str, finished: int, dead: int) -> Target:
+        """A database whose jobq.jobs holds finished rows (vacuumed) and dead tuples (not), then the
+        queued jobs to claim.  Autovacuum is off on jobq.jobs there, so nothing changes underneath."""
+        target = self.servers.create_database(f"bench_claim_{state}")
+        pgjobq_setup(target)
+        with psycopg.connect(target.dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE jobq.jobs SET (autovacuum_enabled = false)")
+            live_finished = finished - dead
+            if live_finished > 0:
+                conn.execute(
+                    FINISHED_SQL,
+                    {"queue": QUEUE, "count": live_finished},
+                )
+            if dead > 0:
+                # jobs that went through the queue: queued, then done, the old versions not vacuumed
+                _queued(conn, 1, dead)
+            conn.execute("VACUUM (ANALYZE) jobq.jobs")
+            if dead > 0:
+                conn.execute(
+                    "UPDATE jobq.jobs SET status = 'done', attempts = 1, lease = lease + 1,"
+                    " locked_by = 'builder', locked_at = now(), finished_at = now() WHERE status = 'queued'"
+                )
+            _queued(conn, dead + 1, dead + self.scale.claim_queued)
+            conn.execute("ANALYZE jobq.jobs")
+            conn.execute("CHECKPOINT")
+        return target
+
+    def _claim_samples(self, target: Target) -> tuple[list[float], list[int]]:
+        """claim_samples claims of 10 on a fresh connection (after one on an empty queue, which plans
+        the statement and warms the caches): execution time (ms) and shared buffers of each."""
+        times: list[float] = []
+        buffers: list[int] = []
+        with psycopg.connect(target.dsn, autocommit=True) as conn:
+            conn.execute("SELECT count(*) FROM jobq.claim('warmup', 10, 'bench')")
+            for _ in range(self.scale.claim_samples):
+                row = conn.execute(
+                    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM jobq.claim(%s, 10, 'bench')",
+                    (QUEUE,),
+                ).fetchone()
+                assert row is not None
+                plan = row[0][0]
+                times.append(float(plan["Execution Time"]))
+                node = plan["Plan"]
+                buffers.append(int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0)))
+        return times, buffers
+
+    def _claim_plan(self, target: Target) -> str:
+        """The plan of the statement inside jobq.claim, with buffers (auto_explain, nested statements)."""
+        notices: list[str] = []
+        with psycopg.connect(target.dsn, autocommit=True) as conn:
+            conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+            conn.execute("LOAD 'auto_explain'")
+            for setting, value in (
+                ("auto_explain.log_min_duration", "0"),
+                ("auto_explain.log_analyze", "on"),
+                ("auto_explain.log_buffers", "on"),
+                ("auto_explain.log_timing", "on"),
+                ("auto_explain.log_nested_statements", "on"),
+                ("auto_explain.log_level", "notice"),
+            ):
+                conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
+            conn.execute("SELECT count(*) FROM jobq.claim(%s, 10, 'bench')", (QUEUE,)).fetchall()
+        inner = [n for n in notices if "jobq.jobs" in n or "Index Scan" in n or "Seq Scan" in n]
+        return inner[0] if inner else (notices[0] if notices else "")
+
+    # -- soak ---------------------------------------------------------------------------
+
+    def soak(self) -> None:
+        """A backlog through pgjobq Workers while another session holds a snapshot open."""
+        scale = self.scale
+        target = self.servers.create_database("bench_soak")
+        pgjobq_setup(target)
+        with timer() as elapsed, psycopg.connect(target.dsn, autocommit=True) as conn:
+            chunk = 100_000
+            for start in range(0, scale.soak_jobs, chunk):
+                _queued(conn, start + 1, min(scale.soak_jobs, start + chunk))
+            conn.execute("VACUUM (ANALYZE) jobq.jobs")
+            conn.execute("CHECKPOINT")
+        self.log(f"  loaded {scale.soak_jobs:,} jobs in {elapsed():.1f} s")
+        samples: list[dict[str, Any]] = []
+        holder = psycopg.connect(target.dsn, autocommit=True)
+        monitor = psycopg.connect(target.dsn, autocommit=True)
+        try:
+            holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            holder.execute("SELECT count(*) FROM jobq.jobs WHERE id < 0")  # takes the snapshot
+            open_until = scale.soak_open_txn
+            next_sample = 0.0
+            closed_at: list[float] = []
+
+            def sample(elapsed: float) -> None:
+                samples.append({"t": elapsed, "processed": self.pool.processed, **_sizes(monitor)})
+
+            def tick(elapsed: float) -> None:
+                nonlocal next_sample
+                if not closed_at and elapsed >= open_until:
+                    holder.execute("COMMIT")
+                    closed_at.append(elapsed)
+                if elapsed >= next_sample:
+                    sample(elapsed)
+                    next_sample += scale.soak_window
+
+            tasks: list[Task] = [WorkTask(PgjobqWorker, target, scale.soak_batch, 0.0)] * scale.soak_workers
+            started = self.pool.start(tasks, goal=scale.soak_jobs)
+            tick(0.0)
+            try:
+                measured = self.pool.wait(started, scale.soak_limit, tick)
+            finally:
+                errors = self.pool.finish()
+            sample(measured.seconds)
+            samples[-1]["processed"] = measured.processed
+            if not closed_at:
+                holder.execute("COMMIT")
+        finally:
+            holder.close()
+            monitor.close()
+        self.results.soak = {
+            "jobs": scale.soak_jobs,
+            "workers": scale.soak_workers,
+            "batch": scale.soak_batch,
+            "open_txn_seconds": scale.soak_open_txn,
+            "closed_at": closed_at[0] if closed_at else None,
+            "window": scale.soak_window,
+            "compare": scale.soak_compare,
+            "limit": scale.soak_limit,
+            "processed": measured.processed,
+            "seconds": measured.seconds,
+            "capped": measured.capped,
+            "error": measured.error or (errors[0] if errors else None),
+            "samples": samples,
+        }
+        self.log(
+            f"  {measured.processed:,} jobs in {measured.seconds:.1f} s"
+            f"{' (capped)' if measured.capped else ''}; {len(samples)} samples"
+        )
+
+
+SIZES = """
+SELECT pg_relation_size('jobq.jobs') AS table_bytes,
+       (SELECT json_object_agg(c.relname, pg_relation_size(c.oid))
+          FROM pg_index AS i JOIN pg_class AS c ON c.oid = i.indexrelid
+         WHERE i.indrelid = 'jobq.jobs'::regclass) AS index_bytes,
+       s.n_live_tup AS live_tuples, s.n_dead_tup AS dead_tuples,
+       s.autovacuum_count AS autovacuums, s.autoanalyze_count AS autoanalyzes
+  FROM pg_stat_user_tables AS s
+ WHERE s.relid = 'jobq.jobs'::regclass
+"""
+
+
+def _sizes(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        row = cur.execute(SIZES).fetchone()
+    return dict(row) if row else {}
