@@ -4,8 +4,9 @@
 \echo Use "ALTER EXTENSION pgjobq UPDATE TO '0.2.0'" to load this file. \quit
 
 /*
- * What 0.2.0 changes: three levels of access, granted by helpers, and no
- * table privilege for the two lower ones.
+ * What 0.2.0 changes: clearer refusals of bad input in complete_many, reap
+ * and enqueue_many (below); and three levels of access, granted by helpers,
+ * with no table privilege for the two lower ones:
  *
  * - producer: jobq.enqueue, jobq.enqueue_many (and jobq.channel).
  * - worker:   jobq.claim, complete, complete_many, fail, heartbeat, release
