@@ -316,7 +316,7 @@ def checks(view: View) -> list[Check]:
     soak = soak_rates(r.soak) if r.soak else None
     found.append(
         Check(
-            f"Soak: throughput in the last {r.soak.get('compare', 60):.0f} s / the first{mode_note}",
+            f"Soak: throughput in the last {r.soak.get('compare', 60):g} s / the first{mode_note}",
             Spread.of([soak[1] / soak[0]]) if soak and soak[0] > 0 else None,
             0.8,
             True,
