@@ -23,13 +23,13 @@ def unique_name(prefix: str) -> str:
 
 @contextmanager
 def login_role(db: Db) -> Iterator[str]:
-    """A new non-superuser LOGIN role, dropped afterwards."""
+    """A new non-superuser LOGIN role; dropped afterwards with what it owns or was granted in db."""
     role = unique_name("jobq_role")
     db.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER").format(sql.Identifier(role)))
     try:
         yield role
     finally:
-        db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+        db.execute(sql.SQL("DROP OWNED BY {0}; DROP ROLE {0}").format(sql.Identifier(role)))
 
 
 @contextmanager

@@ -276,20 +276,21 @@ def test_pg_dump_and_restore_keep_every_job_and_the_id_sequence(
 def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server: ThrowawayPostgres) -> None:
     with login_role(db) as producer, login_role(db) as worker:
         db.execute("SELECT jobq.grant_producer(%s), jobq.grant_worker(%s)", (producer, worker))
-        with restored_copy(db, dsn, pg_server) as restored_name:
-            with connect_as(pg_server, restored_name) as restored:
-                privileges = restored.execute(
-                    """
-                    SELECT r.rolname,
-                           has_function_privilege(r.oid, 'jobq.enqueue_many(text, jsonb[], integer,'
-                                                  ' timestamptz, integer)', 'EXECUTE') AS enqueue,
-                           has_function_privilege(r.oid, 'jobq.claim(text, integer, text)',
-                                                  'EXECUTE') AS claim
-                      FROM pg_roles AS r WHERE r.rolname IN (%s, %s) ORDER BY r.rolname = %s DESC
-                    """,
-                    (producer, worker, producer),
-                ).fetchall()
-            db.execute("SELECT jobq.revoke_all(%s), jobq.revoke_all(%s)", (producer, worker))
+        with (
+            restored_copy(db, dsn, pg_server) as restored_name,
+            connect_as(pg_server, restored_name) as restored,
+        ):
+            privileges = restored.execute(
+                """
+                SELECT r.rolname,
+                       has_function_privilege(r.oid, 'jobq.enqueue_many(text, jsonb[], integer,'
+                                              ' timestamptz, integer)', 'EXECUTE') AS enqueue,
+                       has_function_privilege(r.oid, 'jobq.claim(text, integer, text)',
+                                              'EXECUTE') AS claim
+                  FROM pg_roles AS r WHERE r.rolname IN (%s, %s) ORDER BY r.rolname = %s DESC
+                """,
+                (producer, worker, producer),
+            ).fetchall()
 
     assert privileges == [
         {"rolname": producer, "enqueue": True, "claim": False},

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from psycopg import sql
 
-from databases import unique_name
+from databases import login_role
 from sqlhelpers import Db, scalar
 
 # Look-alikes of what pgjobq's functions call, each logging itself.  The
@@ -76,13 +76,18 @@ def plant(db: Db, role: str) -> None:
 @pytest.fixture
 def hostile(db: Db) -> Iterator[str]:
     """A role that may create objects in public and has planted its look-alikes there."""
-    role = unique_name("hostile")
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-    db.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(role)))
-    plant(db, role)
-    yield role
-    db.execute("RESET search_path")
-    db.execute(sql.SQL("DROP OWNED BY {0}; DROP ROLE {0}").format(sql.Identifier(role)))
+    with login_role(db) as role:
+        db.execute(sql.SQL("GRANT CREATE ON SCHEMA public TO {}").format(sql.Identifier(role)))
+        plant(db, role)
+        yield role
+        db.execute("RESET search_path")
+
+
+@pytest.fixture
+def grantee(db: Db) -> Iterator[str]:
+    """A role for the grant helpers to name."""
+    with login_role(db) as role:
+        yield role
 
 
 def test_the_planted_objects_do_capture_unqualified_calls(db: Db, hostile: str) -> None:
@@ -96,10 +101,8 @@ def test_the_planted_objects_do_capture_unqualified_calls(db: Db, hostile: str) 
 
 @pytest.mark.parametrize("path", list(HOSTILE_PATHS))
 def test_every_api_call_under_a_hostile_search_path_is_correct_and_runs_no_planted_object(
-    db: Db, hostile: str, path: str
+    db: Db, hostile: str, grantee: str, path: str
 ) -> None:
-    victim_role = unique_name("victim")
-    db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(victim_role)))
     db.execute(f"SET search_path = {HOSTILE_PATHS[path]}")
 
     to_fail = scalar(db, "SELECT jobq.enqueue('emails', '{\"to\": \"ada\"}', max_attempts => 1)")
@@ -127,11 +130,10 @@ def test_every_api_call_under_a_hostile_search_path_is_correct_and_runs_no_plant
     redriven = [row["retry_failed"] for row in db.execute("SELECT jobq.retry_failed('emails')")]
     stats = db.execute("SELECT queue, done, failed FROM jobq.stats()").fetchall()
     channel = scalar(db, "SELECT jobq.channel('emails')")
-    db.execute("SELECT jobq.grant_producer(%s), jobq.revoke_all(%s)", (victim_role, victim_role))
+    db.execute("SELECT jobq.grant_producer(%s), jobq.revoke_all(%s)", (grantee, grantee))
     with pytest.raises(Exception, match="queue must be 1 to 58 characters"):
         db.execute("SELECT jobq.enqueue('Not A Queue', '{}')")
     db.execute("RESET search_path")
-    db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(victim_role)))
 
     assert (heartbeat_moved, failed_status) == (True, "failed")
     assert acknowledged == to_finish[1:]
