@@ -31,7 +31,7 @@ __all__ = ["write_report"]
 TIMES = "\u00d7"  # the multiplication sign of ratios
 DASH = "\u2013"  # the en dash of ranges
 
-OURS = ("article", "article_bulk", "sql_ceiling", "pgjobq_sql", "pgjobq_worker")
+OURS = ("article", "article_bulk", "sql_ceiling", "sql_ceiling_one_trip", "pgjobq_sql", "pgjobq_worker")
 WORKER = "pgjobq_worker"
 
 
@@ -346,6 +346,11 @@ def ratio_rows(view: View) -> list[list[str]]:
         add(
             f"Worker b50 / SQL ceiling b50, {count}w",
             paired(view.rates(WORKER, count, 50), view.rates("sql_ceiling", count, 50)),
+        )
+    for count in view.workers:
+        add(
+            f"Worker b50 / one-trip SQL ceiling b50, {count}w",
+            paired(view.rates(WORKER, count, 50), view.rates("sql_ceiling_one_trip", count, 50)),
         )
     for count in view.workers:
         add(

@@ -8,7 +8,9 @@ evidence tables of chaos_handlers.py: a trigger logs every status or lease
 change of a job, the handler records every execution and, for half of the
 jobs ("effects" mode), writes one effect row in the same transaction as
 jobq.complete.  Eight workers (lease 5 s, reaping every second) run
-chaos_handlers:run while:
+chaos_handlers:run, two of them (and their replacements) with concurrency 1
+(handlers on the worker's own thread, a keeper thread acknowledging and
+heartbeating meanwhile), the others with a pool of handler threads, while:
 
 - a producer thread enqueues the jobs steadily over the fault window and
   logs every id it was given, once its transaction committed;
@@ -77,9 +79,10 @@ class ChaosConfig:
     jobs: int
     handler_ms: tuple[int, int]
     produce_seconds: float  # the producer spreads the jobs over this long; faults run meanwhile
-    concurrency: int  # handler threads per worker
+    concurrency: int  # handler threads per worker (but the first inline_slots workers)
     drain_timeout: float
     workers: int = 8
+    inline_slots: int = 2  # the workers of these slots run concurrency 1: handlers on their own thread
     batch: int = 10
     lease: float = 5.0
     reap_interval: float = 1.0
@@ -227,7 +230,7 @@ class Fleet:
         argv = pgjobq_command(
             "worker", "chaos_handlers:run",
             "--queue", QUEUE,
-            "--concurrency", str(c.concurrency),
+            "--concurrency", str(1 if slot < c.inline_slots else c.concurrency),
             "--batch", str(c.batch),
             "--lease-timeout", str(c.lease),
             "--reap-interval", str(c.reap_interval),
@@ -930,7 +933,8 @@ def render(report: Report, console: Console | None = None) -> None:
     c = report.config
     title = (
         f"pgjobq chaos run ({c.name}): {c.jobs:,} jobs of {c.handler_ms[0]}-{c.handler_ms[1]} ms,"
-        f" {c.workers} workers x {c.concurrency} threads, lease {c.lease:g} s"
+        f" {c.workers} workers ({c.inline_slots} x 1 thread, the others x {c.concurrency}),"
+        f" lease {c.lease:g} s"
     )
     table = Table(title=title)
     table.add_column("invariant")

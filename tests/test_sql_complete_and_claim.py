@@ -50,6 +50,33 @@ def test_acknowledged_jobs_come_first_as_done_then_the_claimed_ones_as_running(d
     ]
 
 
+def test_a_repeated_acknowledgement_returns_the_jobs_again_as_done(db: Db) -> None:
+    first, second = fill(db, 2)
+    complete_and_claim(db, [], 2)
+    complete_and_claim(db, [(first, 1), (second, 1)], 1)
+    finished = db.execute("SELECT id, finished_at FROM jobq.jobs ORDER BY id").fetchall()
+
+    rows = complete_and_claim(db, [(second, 1), (first, 1)], 1)
+
+    assert rows == [
+        {"id": first, "status": "done", "lease": 1},
+        {"id": second, "status": "done", "lease": 1},
+    ]
+    assert db.execute("SELECT id, finished_at FROM jobq.jobs ORDER BY id").fetchall() == finished
+
+
+@pytest.mark.parametrize("already_done", [False, True], ids=["running", "done"])
+def test_a_pair_given_twice_is_acknowledged_once(db: Db, already_done: bool) -> None:
+    (job_id,) = fill(db, 1)
+    complete_and_claim(db, [], 1)
+    if already_done:
+        complete_and_claim(db, [(job_id, 1)], 1)
+
+    rows = complete_and_claim(db, [(job_id, 1), (job_id, 1)], 1)
+
+    assert rows == [{"id": job_id, "status": "done", "lease": 1}]
+
+
 def test_a_stale_lease_is_left_out_and_the_job_is_not_completed(db: Db) -> None:
     (job_id,) = fill(db, 1)
     complete_and_claim(db, [], 1)

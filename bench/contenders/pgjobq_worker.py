@@ -1,9 +1,11 @@
 """pgjobq's own Python Worker, one per worker process.
 
 Each process runs ``pgjobq.Worker`` with ``WorkerSettings(batch=<batch>,
-concurrency=1)`` and otherwise its defaults: LISTEN on its own connection
-with a 1 s poll underneath, acknowledgements gathered into one
-``jobq.complete_many`` per batch (flushed after ``ack_interval``, 5 ms),
+concurrency=1)`` and otherwise its defaults: handlers on the worker's own
+thread, LISTEN on its own connection with a 1 s poll underneath, the
+successes of a batch acknowledged with the next claim
+(``jobq.complete_and_claim``, or by the keeper thread's
+``jobq.complete_many`` once the oldest has waited ``ack_interval``, 5 ms),
 heartbeats and reaping on.  The handler counts the job (and sleeps
 ``work_seconds`` first, when there is work); the Worker acknowledges it
 right after, so the clock may stop one acknowledgement (at most one batch)
@@ -85,7 +87,7 @@ GATED = callable(getattr(pgjobq.Worker, "_connect", None))
 
 
 class PgjobqWorker(Contender):
-    """pgjobq.Worker, concurrency 1, batch as measured, defaults otherwise (LISTEN + 1 s poll, ack 5 ms)."""
+    """pgjobq.Worker, concurrency 1, batch as measured, its defaults otherwise (LISTEN, 1 s poll)."""
 
     name = "pgjobq_worker"
     label = "pgjobq Worker"

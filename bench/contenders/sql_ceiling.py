@@ -18,6 +18,19 @@ only: it has no handler to wait in.
 
 ``CLAIM`` and ``ACK`` are the two statements; a new fast path is a change of
 those lines.
+
+``SqlCeilingOneTrip`` is the same ceiling for the path pgjobq's Worker
+takes: one ``jobq.complete_and_claim`` per batch, which acknowledges the
+previous batch and claims the next in one statement and one commit::
+
+    SELECT coalesce(array_agg(id) FILTER (WHERE status = 'running'), '{}') AS ids,
+           coalesce(array_agg(lease) FILTER (WHERE status = 'running'), '{}') AS leases
+      FROM jobq.complete_and_claim(:ids, :leases, 'bench', :batch, 'pgbench')
+    HAVING count(*) > 0 \\gset
+
+(from ``ids`` and ``leases`` defined empty); the call that acknowledges
+the last batch and claims nothing returns that batch's rows as done, so a
+client ends one call later, with nothing left unacknowledged.
 """
 
 from __future__ import annotations
@@ -37,13 +50,19 @@ from psycopg.conninfo import conninfo_to_dict
 from .base import Contender, Target, WorkerHooks
 from .pgjobq_sql import QUEUE, pgjobq_enqueue, pgjobq_reset, pgjobq_setup
 
-__all__ = ["ACK", "CLAIM", "Driven", "DrivenContender", "SqlCeiling"]
+__all__ = ["ACK", "CLAIM", "ONE_TRIP", "Driven", "DrivenContender", "SqlCeiling", "SqlCeilingOneTrip"]
 
 CLAIM = (
     "SELECT array_agg(id) AS ids, array_agg(lease) AS leases\n"
     f"  FROM jobq.claim('{QUEUE}', :batch, 'pgbench') HAVING count(*) > 0 \\gset\n"
 )
 ACK = "SELECT count(*) FROM jobq.complete_many(:ids, :leases);\n"
+ONE_TRIP = (
+    "SELECT coalesce(array_agg(id) FILTER (WHERE status = 'running'), '{}') AS ids,\n"
+    "       coalesce(array_agg(lease) FILTER (WHERE status = 'running'), '{}') AS leases\n"
+    f"  FROM jobq.complete_and_claim(:ids, :leases, '{QUEUE}', :batch, 'pgbench')\n"
+    "HAVING count(*) > 0 \\gset\n"
+)
 
 # what pgbench says when a client ends because its claim found nothing
 DRAINED = ("expected one row, got 0", "Run was aborted")
@@ -82,6 +101,8 @@ class SqlCeiling(DrivenContender):
 
     name = "sql_ceiling"
     label = "SQL-only ceiling (pgbench)"
+    script: ClassVar[str] = CLAIM + ACK
+    defines: ClassVar[tuple[str, ...]] = ()
 
     def setup(self, target: Target) -> None:
         pgjobq_setup(target)
@@ -98,7 +119,7 @@ class SqlCeiling(DrivenContender):
         params = conninfo_to_dict(target.dsn)
         with tempfile.TemporaryDirectory(prefix="pgjobq-pgbench-") as folder:
             script = Path(folder) / "claim_ack.sql"
-            script.write_text(CLAIM + ACK)
+            script.write_text(self.script)
             command = [
                 str(bindir / "pgbench"),
                 "--no-vacuum",
@@ -107,6 +128,7 @@ class SqlCeiling(DrivenContender):
                 f"--jobs={workers}",
                 f"--time={max(1, math.ceil(limit))}",
                 f"--define=batch={batch}",
+                *(f"--define={definition}" for definition in self.defines),
                 f"--file={script}",
                 f"--host={params.get('host', '127.0.0.1')}",
                 f"--port={params.get('port', '5432')}",
@@ -129,3 +151,12 @@ class SqlCeiling(DrivenContender):
             row = conn.execute(DONE).fetchone()
         done = int(row[0]) if row else 0
         return Driven(processed=done, seconds=seconds, capped=done < jobs)
+
+
+class SqlCeilingOneTrip(SqlCeiling):
+    """pgbench -M prepared, one client per worker: one jobq.complete_and_claim per batch, one commit."""
+
+    name = "sql_ceiling_one_trip"
+    label = "SQL-only ceiling, complete_and_claim (pgbench)"
+    script = ONE_TRIP
+    defines = ("ids={}", "leases={}")

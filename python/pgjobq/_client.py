@@ -89,6 +89,34 @@ def dump_payload(payload: Mapping[str, Any], argument: str = "payload") -> str:
     return text
 
 
+def dump_payloads(payloads: Iterable[Mapping[str, Any]]) -> str:
+    """payloads as the text of one JSON array, refused as dump_payload would refuse an element.
+
+    The fast path encodes the whole list with one json.dumps and checks it
+    by decoding it again: the result equals the list unless some element
+    holds what JSON changes (a non-string key, a tuple) or cannot hold.
+    Only then is each element checked on its own, to name it
+    (``payloads[i]``, counting from 1, as the database does).
+    """
+    if isinstance(payloads, (Mapping, str, bytes)):
+        raise InvalidArgument(f"payloads must be an iterable of mappings, got {type(payloads).__name__}")
+    items = list(payloads)
+    try:
+        text = json.dumps(items, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        exact = (
+            all(isinstance(item, Mapping) for item in items)
+            and "\\u0000" not in text
+            and _encodable(text)
+            and json.loads(text) == items
+        )
+    except (TypeError, ValueError, RecursionError):
+        exact = False
+    if exact:
+        return text
+    elements = [dump_payload(item, f"payloads[{i}]") for i, item in enumerate(items, start=1)]
+    return f"[{','.join(elements)}]"
+
+
 def _encodable(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -213,11 +241,9 @@ def enqueue_many(
     All or nothing: a bad element (named payloads[i], counting from 1, as the
     database does) raises before anything is inserted.
     """
-    if isinstance(payloads, (Mapping, str, bytes)):
-        raise InvalidArgument(f"payloads must be an iterable of mappings, got {type(payloads).__name__}")
     params = {
         "queue": _text("queue", queue),
-        "payloads": [dump_payload(p, f"payloads[{i}]") for i, p in enumerate(payloads, start=1)],
+        "payloads": dump_payloads(payloads),
         "priority": _integer("priority", priority),
         "run_at": _moment("run_at", run_at),
         "max_attempts": _integer("max_attempts", max_attempts),

@@ -1,16 +1,20 @@
 """Worker: claims jobs of one queue, runs a handler on each, reports the outcome.
 
-One thread (the caller's) owns both database connections and does all the
-talking to PostgreSQL: claim, acknowledge, heartbeat, reap, release.  Handlers
-run on a thread pool of ``concurrency`` threads and never touch the worker's
-connections.  The loop:
+The caller's thread owns both database connections and does the talking to
+PostgreSQL: claim, acknowledge, heartbeat, reap, release.  Handlers never
+touch the worker's connections.  With ``concurrency`` 1 (the default) they run
+on the caller's thread itself, one job after another, with no hand-off
+between threads; a keeper thread sends, while a handler runs, the
+acknowledgements and heartbeats that fall due meanwhile (psycopg serialises
+the two threads' use of the connection).  With ``concurrency`` above 1 they
+run on a pool of that many threads.  The loop:
 
-- claims up to ``batch`` jobs whenever a handler thread is idle;
+- claims up to ``batch`` jobs whenever a handler (thread) is idle;
 - acknowledges finished jobs together: successes in one statement, failures
   one ``jobq.fail`` each (with the lease).  Successes go with the next claim
   (``jobq.complete_and_claim``: one round trip and one commit for both), or,
-  while every handler thread is busy, in one ``jobq.complete_many`` once the
-  batch in hand is over or the oldest result has waited ``ack_interval``;
+  while handlers are busy, in one ``jobq.complete_many`` once the batch in
+  hand is over or the oldest result has waited ``ack_interval``;
 - heartbeats the jobs in hand every ``heartbeat_interval``, so the reaper
   leaves long jobs alone;
 - runs ``jobq.reap`` every ``reap_interval`` (if its role may not, it says
@@ -23,7 +27,9 @@ connections.  The loop:
   connection this client never sees again), says so once and only polls;
 - on ``stop()`` (SIGTERM/SIGINT under ``run``): claims nothing more, hands
   claimed-but-unstarted jobs back (``jobq.release``), lets the running ones
-  finish, acknowledges them, and returns;
+  finish, acknowledges them, and returns; a second stop gives up the jobs in
+  hand at once (a second signal interrupts a handler running on the
+  caller's thread);
 - when the database goes away, reconnects with capped exponential backoff
   and carries on; acknowledgements pending meanwhile are sent afterwards
   (the database refuses any whose lease was reaped in between).
@@ -42,7 +48,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -169,6 +175,10 @@ class _Running:
     future: Future[None]
 
 
+class _GiveUp(BaseException):
+    """Raised by a second SIGTERM/SIGINT into a handler running on the worker's own thread."""
+
+
 class Worker:
     """Runs ``handler`` on the jobs of one queue.  See the module docstring.
 
@@ -187,10 +197,19 @@ class Worker:
         self._stop_requests = 0
         self._conn: psycopg.Connection[Any] | None = None
         self._listen_conn: psycopg.Connection[Any] | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: ThreadPoolExecutor | None = None  # handler threads (concurrency > 1)
         # Jobs in hand.  Handler threads append to _finished (deque appends are
-        # thread-safe); everything else belongs to the loop's thread.
+        # thread-safe).  The keeper thread (concurrency 1) shares _backlog,
+        # _current, _unacked, _leased_at, _next_heartbeat and processed: they
+        # change under _lock.  Everything else belongs to the loop's thread.
+        self._lock = threading.Lock()
+        self._keeper_wake = threading.Condition(self._lock)
+        self._keeper: threading.Thread | None = None
+        self._keeper_idle = False  # the keeper waits for the next handler to start
+        self._closing = False  # tells the keeper to end
         self._backlog: deque[Job] = deque()  # claimed, not started: handed back on stop
+        self._current: Job | None = None  # its handler runs on the loop's thread now (concurrency 1)
+        self._in_handler = False  # a second signal may interrupt the handler now
         self._running: dict[int, _Running] = {}  # given to a handler thread
         self._finished: deque[tuple[Job, BaseException | None]] = deque()  # handler returned
         self._unacked: list[tuple[Job, BaseException | None]] = []  # collected, to report
@@ -220,17 +239,26 @@ class Worker:
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Work until stop() (or SIGTERM/SIGINT), or in burst mode until the queue has no runnable job."""
         previous = self._install_signal_handlers() if install_signal_handlers else {}
-        self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="pgjobq-handler")
+        if self.settings.concurrency > 1:
+            self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="pgjobq-handler")
+        else:
+            self._keeper = threading.Thread(target=self._keep, name="pgjobq-keeper", daemon=True)
+            self._keeper.start()
         logger.info("worker %s started on queue %s", self.settings.name, self.settings.queue)
         try:
             self._work()
+        except _GiveUp:
+            pass  # a second signal interrupted a handler: its job is abandoned below
         finally:
             self.abandoned = (
                 len(self._backlog) + len(self._running) + len(self._finished) + len(self._unacked)
-            )
+                + (self._current is not None)
+            )  # fmt: skip
             if self.abandoned:
                 logger.warning("abandoning %d job(s) in hand; the reaper will recover them", self.abandoned)
-            self._pool.shutdown(wait=not self.abandoned, cancel_futures=True)
+            self._stop_keeper()
+            if self._pool is not None:
+                self._pool.shutdown(wait=not self.abandoned, cancel_futures=True)
             self._disconnect()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -239,7 +267,7 @@ class Worker:
     # -- the loop -------------------------------------------------------------
 
     def _in_hand(self) -> bool:
-        return bool(self._backlog or self._running or self._finished or self._unacked)
+        return bool(self._backlog or self._current or self._running or self._finished or self._unacked)
 
     def _work(self) -> None:
         delay = 0.0
@@ -260,6 +288,8 @@ class Worker:
     def _step(self) -> None:
         self._collect()
         batch_over = not self._running and not self._backlog
+        if not self.stopping:
+            self._start_handlers()  # idle handler threads first: the acknowledgement can wait for them
         if self._claiming() and batch_over:
             # the successes ride on the next claim (jobq.complete_and_claim)
             self._report_failures()
@@ -267,10 +297,8 @@ class Worker:
             self._acknowledge(now=self.stopping or batch_over)
         if self.stopping:
             self._release_backlog()
+        self._heartbeat()
         now = time.monotonic()
-        if now >= self._next_heartbeat:
-            self._heartbeat()
-            self._next_heartbeat = now + self.settings.heartbeat_seconds
         if now >= self._next_reap:
             self._reap()
             self._next_reap = now + self.settings.reap_interval
@@ -293,21 +321,22 @@ class Worker:
         one round trip and one commit for both (jobq.complete_and_claim).
         """
         assert self._conn is not None
-        successes = [job for job, error in self._unacked if error is None]
-        if successes:
-            accepted, jobs = _client.complete_and_claim(
-                self._conn,
-                [(job.id, job.lease) for job in successes],
-                self.settings.queue,
-                self.settings.batch,
-                self.settings.name,
-            )
-            self._acknowledged(successes, accepted)
-        else:
-            jobs = _client.claim(self._conn, self.settings.queue, self.settings.batch, self.settings.name)
+        with self._successes() as successes:
+            if successes:
+                accepted, jobs = _client.complete_and_claim(
+                    self._conn,
+                    [(job.id, job.lease) for job in successes],
+                    self.settings.queue,
+                    self.settings.batch,
+                    self.settings.name,
+                )
+                self._acknowledged(successes, accepted)
+            else:
+                jobs = _client.claim(self._conn, self.settings.queue, self.settings.batch, self.settings.name)
         now = time.monotonic()
-        self._leased_at.update((job.id, now) for job in jobs)
-        self._backlog.extend(jobs)
+        with self._lock:
+            self._leased_at.update((job.id, now) for job in jobs)
+            self._backlog.extend(jobs)
         self._start_handlers()
         if not jobs and self.settings.burst and not self._in_hand():
             logger.info("queue %s has no runnable job: burst done", self.settings.queue)
@@ -315,12 +344,40 @@ class Worker:
         return bool(jobs)
 
     def _start_handlers(self) -> None:
-        """Give backlog jobs to idle handler threads (never more: the rest stays ours to hand back)."""
-        assert self._pool is not None
+        """Give backlog jobs to idle handler threads (never more: the rest stays ours to hand back).
+
+        With concurrency 1, run them here instead, one after another, until
+        the backlog is empty or stop().
+        """
+        if self._pool is None:
+            self._run_backlog()
+            return
         while self._backlog and len(self._running) < self.settings.concurrency:
             job = self._backlog.popleft()
             future = self._pool.submit(self._run_handler, job)
             self._running[job.id] = _Running(job, future)
+
+    def _run_backlog(self) -> None:
+        """Run the backlog's handlers on this thread (concurrency 1); the keeper watches meanwhile."""
+        while self._backlog and not self.stopping:
+            with self._lock:
+                job = self._current = self._backlog.popleft()
+                if self._keeper_idle:
+                    self._keeper_wake.notify()
+            self._in_handler = True
+            try:
+                self.handler(job)
+            except _GiveUp:
+                raise  # a second signal: the job stays _current, to be abandoned
+            except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
+                error: BaseException | None = exc
+            else:
+                error = None
+            finally:
+                self._in_handler = False
+            with self._lock:
+                self._record(job, error)
+                self._current = None
 
     def _run_handler(self, job: Job) -> None:
         """Runs on a handler thread: records the handler's exception (None on success) in _finished."""
@@ -358,13 +415,35 @@ class Worker:
     # -- acknowledging ------------------------------------------------------
 
     def _collect(self) -> None:
-        """Move the jobs whose handler returned from _running to the results to report."""
+        """Move the jobs whose handler thread returned from _running to the results to report."""
         while self._finished:
             job, outcome = self._finished.popleft()
             self._running.pop(job.id, None)
-            if not self._unacked:
-                self._oldest_unacked = time.monotonic()
-            self._unacked.append((job, outcome))
+            self._record(job, outcome)
+
+    def _record(self, job: Job, outcome: BaseException | None) -> None:
+        """Add a handler's outcome to the results to report."""
+        if not self._unacked:
+            self._oldest_unacked = time.monotonic()
+        self._unacked.append((job, outcome))
+
+    @contextlib.contextmanager
+    def _successes(self) -> Iterator[list[Job]]:
+        """Take the successes collected, to acknowledge; they go back if the acknowledgement fails.
+
+        Taken under the lock, so that the keeper and the loop never send the same one.
+        """
+        with self._lock:
+            successes = [job for job, error in self._unacked if error is None]
+            self._unacked = [(job, error) for job, error in self._unacked if error is not None]
+        try:
+            yield successes
+        except BaseException:
+            with self._lock:
+                if not self._unacked:
+                    self._oldest_unacked = time.monotonic()
+                self._unacked.extend((job, None) for job in successes)
+            raise
 
     def _acknowledge(self, *, now: bool) -> None:
         """Report the results collected: successes in one statement, failures one by one.
@@ -373,34 +452,44 @@ class Worker:
         statement and one commit acknowledge many jobs.  If the connection
         drops meanwhile, what was not reported is sent after reconnecting.
         """
-        assert self._conn is not None
         if not self._unacked or not (
             now or time.monotonic() >= self._oldest_unacked + self.settings.ack_interval
         ):
             return
-        successes = [job for job, error in self._unacked if error is None]
-        if successes:
-            accepted = _client.complete_many(self._conn, [(job.id, job.lease) for job in successes])
-            self._acknowledged(successes, accepted)
+        self._complete_many()
         self._report_failures()
 
+    def _complete_many(self) -> None:
+        """Acknowledge the successes collected in one jobq.complete_many (loop or keeper thread)."""
+        conn = self._conn
+        assert conn is not None
+        with self._successes() as successes:
+            if successes:
+                accepted = _client.complete_many(conn, [(job.id, job.lease) for job in successes])
+                self._acknowledged(successes, accepted)
+
     def _acknowledged(self, successes: list[Job], accepted: set[int]) -> None:
-        """Log the outcome of acknowledging successes and forget them: accepted, or refused as stale."""
+        """Log the outcome of acknowledging successes: accepted, or refused as stale."""
+        if logger.isEnabledFor(logging.INFO):
+            for job in successes:
+                if job.id in accepted:
+                    logger.info("job %d done (attempt %d)", job.id, job.attempts)
         for job in successes:
-            if job.id in accepted:
-                logger.info("job %d done (attempt %d)", job.id, job.attempts)
-            else:
+            if job.id not in accepted:
                 logger.warning("job %d: lease %d lost; result discarded", job.id, job.lease)
-        self.processed += len(successes)
-        self._unacked = [(job, error) for job, error in self._unacked if error is not None]
+        with self._lock:
+            self.processed += len(successes)
 
     def _report_failures(self) -> None:
         """Report the failures collected, one jobq.fail each (they are rare; each needs its own row)."""
-        failures = [(job, error) for job, error in self._unacked if error is not None]
+        with self._lock:
+            failures = [(job, error) for job, error in self._unacked if error is not None]
         for job, error in failures:
+            assert error is not None
             self._report_failure(job, error)
-            self.processed += 1
-            self._unacked.remove((job, error))
+            with self._lock:
+                self.processed += 1
+                self._unacked.remove((job, error))
 
     def _report_failure(self, job: Job, error: BaseException) -> None:
         assert self._conn is not None
@@ -430,39 +519,99 @@ class Worker:
                 logger.info("job %d handed back unstarted", job.id)
             except (LeaseLost, JobNotFound):
                 logger.warning("job %d: lease %d lost before hand-back", job.id, job.lease)
-            self._backlog.popleft()
+            with self._lock:
+                self._backlog.popleft()
 
     # -- keeping leases and recovering others' ------------------------------
 
+    def _unfinished(self) -> list[Job]:
+        """The jobs in hand whose handler has not returned (call under the lock)."""
+        current = [self._current] if self._current is not None else []
+        running = [r.job for r in self._running.values() if not r.future.done()]
+        return current + running + list(self._backlog)
+
     def _heartbeat(self) -> None:
-        """Extend, in one statement, the lease of every job in hand that is not finished.
+        """When a heartbeat is due, extend in one statement the lease of every job in hand not finished.
 
         A lease this worker took or extended less than a heartbeat ago is left
         alone when two heartbeat intervals fit in the lease timeout: by the
-        next sweep it is still at most two intervals old.
+        next sweep it is still at most two intervals old.  Runs on the loop's
+        thread or the keeper's.
         """
-        assert self._conn is not None
-        now = time.monotonic()
-        unfinished = [r.job for r in self._running.values() if not r.future.done()] + list(self._backlog)
-        self._leased_at = {job.id: self._leased_at.get(job.id, 0.0) for job in unfinished}
-        if 2 * self.settings.heartbeat_seconds < self.settings.lease_timeout:
-            unfinished = [
-                job for job in unfinished if now - self._leased_at[job.id] >= self.settings.heartbeat_seconds
-            ]
+        conn = self._conn
+        assert conn is not None
+        with self._lock:
+            now = time.monotonic()
+            if now < self._next_heartbeat:
+                return
+            self._next_heartbeat = now + self.settings.heartbeat_seconds
+            unfinished = self._unfinished()
+            self._leased_at = {job.id: self._leased_at.get(job.id, 0.0) for job in unfinished}
+            interval = self.settings.heartbeat_seconds
+            if 2 * interval < self.settings.lease_timeout:
+                unfinished = [job for job in unfinished if now - self._leased_at[job.id] >= interval]
         if not unfinished:
             return
-        held = _client.heartbeat_many(self._conn, [(job.id, job.lease) for job in unfinished])
+        held = _client.heartbeat_many(conn, [(job.id, job.lease) for job in unfinished])
+        with self._lock:
+            for job_id in held:
+                self._leased_at[job_id] = now
+            # A job whose handler returned meanwhile (perhaps after completing it in its
+            # own transaction) is not lost yet: the acknowledgement tells whether the lease held.
+            still = {job.id for job in self._unfinished()}
         for job in unfinished:
-            if job.id in held:
-                self._leased_at[job.id] = now
-                continue
-            running = self._running.get(job.id)
-            if running is not None and running.future.done():
-                # Its handler returned meanwhile, perhaps after completing the job in
-                # its own transaction: the acknowledgement tells whether the lease held.
-                continue
-            logger.warning("job %d: lease %d lost while in hand; its result will be discarded",
-                           job.id, job.lease)  # fmt: skip
+            if job.id not in held and job.id in still:
+                logger.warning("job %d: lease %d lost while in hand; its result will be discarded",
+                               job.id, job.lease)  # fmt: skip
+
+    # -- the keeper thread (concurrency 1) -------------------------------------
+
+    def _keep(self) -> None:
+        """While a handler runs on the loop's thread, send the acknowledgements and heartbeats that fall due.
+
+        Between handlers the loop sends them itself.  A failed statement (the
+        connection is gone: the loop reconnects) leaves its work to the loop.
+        """
+        while True:
+            with self._lock:
+                while True:
+                    if self._closing:
+                        return
+                    if self._current is None:
+                        self._keeper_idle = True
+                        self._keeper_wake.wait()  # until the next handler starts
+                        self._keeper_idle = False
+                        continue
+                    due = self._next_heartbeat
+                    if any(error is None for _, error in self._unacked):
+                        due = min(due, self._oldest_unacked + self.settings.ack_interval)
+                    if time.monotonic() >= due:
+                        break
+                    self._keeper_wake.wait(due - time.monotonic())
+            try:
+                if self._conn is not None and not self._conn.closed:
+                    self._complete_many_due()
+                    self._heartbeat()
+            except Exception as exc:  # the loop's next statement meets the same error and handles it
+                logger.debug("keeper: %s; left to the worker's loop", first_line(exc))
+                with self._lock:
+                    if not self._closing:
+                        self._keeper_wake.wait(min(1.0, self.settings.heartbeat_seconds))
+
+    def _complete_many_due(self) -> None:
+        """Acknowledge the successes collected, if the oldest has waited ack_interval."""
+        with self._lock:
+            due = time.monotonic() >= self._oldest_unacked + self.settings.ack_interval
+        if due:
+            self._complete_many()
+
+    def _stop_keeper(self) -> None:
+        if self._keeper is not None:
+            with self._lock:
+                self._closing = True
+                self._keeper_wake.notify()
+            self._keeper.join()
+            self._keeper = None
 
     def _reap(self) -> None:
         """Run jobq.reap, unless this worker's role was refused it: then say so once and stop trying.
@@ -562,5 +711,7 @@ class Worker:
             else:
                 logger.info("received %s: finishing jobs in hand", signal.Signals(signum).name)
             self.stop()
+            if self._stop_requests >= 2 and self._in_handler:
+                raise _GiveUp  # out of the handler running on this thread
 
         return {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}

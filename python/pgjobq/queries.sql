@@ -8,7 +8,13 @@ SELECT jobq.enqueue(%(queue)s, %(payload)s::jsonb, priority => %(priority)s,
                     max_attempts => %(max_attempts)s)
 
 -- name: enqueue_many
-SELECT jobq.enqueue_many(%(queue)s, %(payloads)s::jsonb[], priority => %(priority)s,
+-- the payloads travel as one JSON array, parsed once, and become the jsonb[]
+-- jobq.enqueue_many takes (an array parameter would be adapted element by element)
+SELECT jobq.enqueue_many(%(queue)s,
+                         ARRAY(SELECT e.payload
+                                 FROM jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS e(payload, i)
+                                ORDER BY e.i),
+                         priority => %(priority)s,
                          run_at => coalesce(%(run_at)s::timestamptz, now()),
                          max_attempts => %(max_attempts)s)
 
@@ -17,8 +23,10 @@ SELECT id, queue, payload, priority, attempts, max_attempts, lease
   FROM jobq.claim(%(queue)s, %(n)s, %(worker)s)
 
 -- name: complete_and_claim
--- acknowledged jobs first (status done), then the claimed ones (status running)
-SELECT status, id, queue, payload, priority, attempts, max_attempts, lease
+-- acknowledged jobs first (status done: only their id is needed, so their
+-- payload is not sent), then the claimed ones (status running)
+SELECT status, id, queue, CASE WHEN status = 'running' THEN payload END AS payload,
+       priority, attempts, max_attempts, lease
   FROM jobq.complete_and_claim(%(ids)s::bigint[], %(leases)s::bigint[], %(queue)s, %(n)s, %(worker)s)
 
 -- name: complete
