@@ -35,7 +35,7 @@ VENV_PYTHON ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 
-.PHONY: deps venv test demo lint chaos bench bench-quick
+.PHONY: deps venv test demo lint chaos bench bench-quick bench-profile
 
 deps:
 	@tools/ensure-deps
@@ -69,6 +69,11 @@ bench-quick: venv
 	@tools/ensure-deps bench
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) bench/run.py --quick
+
+bench-profile: venv
+	@tools/ensure-deps bench
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(PY) bench/profile.py
 
 lint: venv
 	$(VENV)/bin/ruff check python tests tools demo bench

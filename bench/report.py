@@ -890,6 +890,9 @@ def write_report(results: Results, out: Path) -> str:
         "",
         targets,
         "",
+        "Where a target is missed, the server-side measurements that say why are in "
+        "[`profile.md`](../profile.md) (`make bench-profile`, `bench/profile.py`).",
+        "",
         "## Ratios",
         "",
         ratios,

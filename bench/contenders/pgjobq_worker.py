@@ -34,7 +34,7 @@ from .pgjobq_sql import QUEUE, pgjobq_enqueue, pgjobq_reset, pgjobq_setup
 
 __all__ = ["PgjobqWorker", "run_until", "worker_settings"]
 
-STOP_CHECK = 0.002  # how often the stop watcher asks the driver
+STOP_CHECK = 0.01  # how often the stop watcher asks the driver (as the PgQueuer and RQ contenders do)
 
 
 def worker_settings(batch: int, **overrides: object) -> pgjobq.WorkerSettings:
