@@ -62,7 +62,7 @@ if str(ROOT / "tools") not in sys.path:  # run as a script: tests/ is on the pat
 
 from chaos_handlers import SCHEMA_DDL  # noqa: E402
 
-from support import pgjobq_command, process_env, wait_until  # noqa: E402
+from support import cpu_seconds, pgjobq_command, process_env, wait_until  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
 __all__ = ["ChaosConfig", "Invariant", "Report", "evidence", "main", "render", "run_chaos"]
@@ -169,16 +169,6 @@ def say(message: str) -> None:
 
 
 # -- worker processes ------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (0 once it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass

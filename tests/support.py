@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["TESTS", "WorkerProcess", "pgjobq_command", "process_env", "run_cli", "wait_until"]
+__all__ = ["TESTS", "WorkerProcess", "cpu_seconds", "pgjobq_command", "process_env", "run_cli", "wait_until"]
 
 TESTS = Path(__file__).resolve().parent
 
@@ -38,6 +38,16 @@ def run_cli(dsn: str, *args: str, timeout: float = 60, **env: str) -> subprocess
         timeout=timeout,
         check=False,
     )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 30, interval: float = 0.05) -> bool:

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from handlers import EXECUTIONS_DDL
-from support import WorkerProcess, wait_until
+from support import WorkerProcess, cpu_seconds, wait_until
 
 Db = psycopg.Connection[dict[str, Any]]
 StartWorker = Callable[..., WorkerProcess]
@@ -190,6 +190,28 @@ def test_worker_reconnects_after_its_connections_are_terminated(
     assert wait_until(all_done(db, 3), timeout=30), worker.log()
     assert "database unavailable" in worker.log()
     assert worker.process.poll() is None
+
+
+def test_worker_whose_connection_breaks_during_a_handler_waits_quietly_and_finishes_after(
+    db: Db, executions: None, start_worker: StartWorker
+) -> None:
+    db.execute("""SELECT jobq.enqueue('default', '{"sleep": 4}')""")
+    worker = start_worker(  # concurrency 1: the keeper heartbeats while the handler runs
+        "sleep_then_record", "--lease-timeout", "30", "--heartbeat-interval", "0.2"
+    )
+    assert wait_until(lambda: scalar(db, "SELECT count(*) FROM executions") == 1), worker.log()
+    terminated = scalar(
+        db,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE application_name LIKE 'pgjobq worker %%'",
+    )
+    assert terminated == 1
+    before = cpu_seconds(worker.pid)
+
+    assert wait_until(lambda: scalar(db, "SELECT count(*) FILTER (WHERE finished) FROM executions") == 1)
+    spent = cpu_seconds(worker.pid) - before
+    assert spent < 1.0, f"{spent:.2f} s of CPU while the handler slept: the keeper thread spun"
+    assert wait_until(all_done(db, 1), timeout=30), worker.log()
 
 
 def test_failing_handler_retries_with_backoff_then_fails_for_good(

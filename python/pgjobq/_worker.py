@@ -588,12 +588,17 @@ class Worker:
                     if time.monotonic() >= due:
                         break
                     self._keeper_wake.wait(due - time.monotonic())
-            try:
-                if self._conn is not None and not self._conn.closed:
+            conn = self._conn
+            failed = "the connection is closed" if conn is None or conn.closed else None
+            if failed is None:
+                try:
                     self._complete_many_due()
                     self._heartbeat()
-            except Exception as exc:  # the loop's next statement meets the same error and handles it
-                logger.debug("keeper: %s; left to the worker's loop", first_line(exc))
+                except Exception as exc:  # the loop's next statement meets the same error and handles it
+                    failed = first_line(exc)
+            if failed is not None:
+                # what fell due stays due: wait, or this would spin until the loop reconnects
+                logger.debug("keeper: %s; left to the worker's loop", failed)
                 with self._lock:
                     if not self._closing:
                         self._keeper_wake.wait(min(1.0, self.settings.heartbeat_seconds))
