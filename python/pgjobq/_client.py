@@ -239,7 +239,8 @@ def enqueue_many(
     """Enqueue many jobs in one statement; return their ids in the order of payloads.
 
     All or nothing: a bad element (named payloads[i], counting from 1, as the
-    database does) raises before anything is inserted.
+    database does) raises before anything is inserted.  The payloads travel
+    as one JSON array, which jsonb limits to 256 MB per call.
     """
     params = {
         "queue": _text("queue", queue),
