@@ -18,6 +18,7 @@ __all__ = [
     "JobsSnapshot",
     "claim_one",
     "enqueue",
+    "fill",
     "job",
     "jobs_snapshot",
     "listen_to_queues",
@@ -57,6 +58,17 @@ def enqueue(
     )
     assert isinstance(job_id, int)
     return job_id
+
+
+def fill(conn: psycopg.Connection[Any], count: int, queue: str = "default", priority: int = 0) -> list[int]:
+    """count jobs with empty payloads in one jobq.enqueue_many; returns their ids in order."""
+    ids = scalar(
+        conn,
+        "SELECT jobq.enqueue_many(%s, array_fill('{}'::jsonb, ARRAY[%s]), priority => %s)",
+        (queue, count, priority),
+    )
+    assert isinstance(ids, list)
+    return ids
 
 
 def claim_one(db: Db, queue: str = "default", worker: str = "w1") -> dict[str, Any]:

@@ -14,19 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from sqlhelpers import Connect, Db, scalar
+from sqlhelpers import Connect, Db, fill, scalar
 
 FAR = 4_000_000_000_000_000  # an "until" long after the test (microseconds since 1970)
-
-
-def fill(db: Db, count: int, priority: int = 0) -> list[int]:
-    ids = scalar(
-        db,
-        "SELECT jobq.enqueue_many('default', array_fill('{}'::jsonb, ARRAY[%s]), priority => %s)",
-        (count, priority),
-    )
-    assert isinstance(ids, list)
-    return ids
 
 
 def claim_ids(db: Db, n: int) -> list[int]:

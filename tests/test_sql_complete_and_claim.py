@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from sqlhelpers import Db, make_stale, scalar
+from sqlhelpers import Db, fill, make_stale, scalar
 
 
 def complete_and_claim(db: Db, acks: list[tuple[int, int]], n: int, queue: str = "default") -> list[Any]:
@@ -17,12 +17,6 @@ def complete_and_claim(db: Db, acks: list[tuple[int, int]], n: int, queue: str =
         "SELECT id, status, lease FROM jobq.complete_and_claim(%s::bigint[], %s::bigint[], %s, %s, 'w1')",
         (ids, leases, queue, n),
     ).fetchall()
-
-
-def fill(db: Db, count: int, queue: str = "default") -> list[int]:
-    ids = scalar(db, "SELECT jobq.enqueue_many(%s, array_fill('{}'::jsonb, ARRAY[%s]))", (queue, count))
-    assert isinstance(ids, list)
-    return ids
 
 
 def test_with_nothing_to_acknowledge_it_claims_like_claim(db: Db) -> None:
