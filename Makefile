@@ -58,7 +58,7 @@ demo: deps venv
 
 chaos: deps venv
 	@$(MAKE) --no-print-directory install >/dev/null
-	$(PY) tests/chaos_harness.py --full
+	$(PY) tests/helpers/chaos.py --full
 
 bench: venv
 	@tools/ensure-deps bench

@@ -1,0 +1,10 @@
+"""What the tests share: fixtures, SQL helpers, worker handlers, process helpers and the chaos harness.
+
+- ``fixtures``: the pytest fixtures (a plugin loaded by tests/conftest.py);
+- ``sqlhelpers``: ``Db``, ``Connect`` and small helpers for tests that speak SQL;
+- ``databases``: extra roles, databases and connections on the test server;
+- ``processes``: the pgjobq CLI and workers as real processes;
+- ``handlers`` and ``chaos_handlers``: the handlers those workers run
+  (``helpers.handlers:NAME``, ``helpers.chaos_handlers:run``);
+- ``chaos``: the chaos run, a program (``make chaos``) and the module tests/worker/test_chaos.py uses.
+"""

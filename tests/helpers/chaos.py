@@ -1,0 +1,978 @@
+"""Chaos run: real `pgjobq worker` processes against a real PostgreSQL while faults are injected.
+
+    .venv/bin/python tests/helpers/chaos.py          # short: 5,000 jobs of 1-20 ms
+    .venv/bin/python tests/helpers/chaos.py --full   # full: 200,000 jobs of 10-500 ms (make chaos)
+
+A throwaway PostgreSQL of its own (it restarts it) runs the extension and the
+evidence tables of chaos_handlers.py: a trigger logs every status or lease
+change of a job, the handler records every execution and, for half of the
+jobs ("effects" mode), writes one effect row in the same transaction as
+jobq.complete.  Eight workers (lease 5 s, reaping every second) run
+helpers.chaos_handlers:run, two of them (and their replacements) with
+concurrency 1 (handlers on the worker's own thread, a keeper thread
+acknowledging and heartbeating meanwhile), the others with a pool of handler
+threads, while:
+
+- a producer thread enqueues the jobs steadily over the fault window and
+  logs every id it was given, once its transaction committed;
+- a chaos thread, until the producer is done and the workers have caught
+  up, SIGKILLs a random worker every 2 s and starts a replacement,
+  terminates a random worker connection every second
+  (pg_terminate_backend), SIGSTOPs one worker holding jobs for three lease
+  lengths and then SIGCONTs it, and restarts PostgreSQL twice (-m fast,
+  then -m immediate, neither during the SIGSTOP), each time leaving it down
+  for 3 s.  Around each restart it measures how soon every worker claims
+  again, and the CPU time and log lines each spent while the server was
+  down.
+
+Then the workers drain the queue, get SIGTERM, and SQL over the evidence
+checks the invariants, printed as a table; the exit status is 1 when one
+fails.  tests/worker/test_chaos.py runs the short version and asserts each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import IO, Any
+
+import psycopg
+from psycopg.rows import dict_row
+from rich.console import Console
+from rich.table import Table
+
+import pgjobq
+
+ROOT = Path(__file__).resolve().parents[2]
+for folder in ("tools", "tests"):  # run as a program, only tests/helpers is on the path
+    if str(ROOT / folder) not in sys.path:
+        sys.path.insert(0, str(ROOT / folder))
+
+from helpers.chaos_handlers import SCHEMA_DDL  # noqa: E402
+from helpers.processes import cpu_seconds, pgjobq_command, process_env, wait_until  # noqa: E402
+from helpers.sqlhelpers import Db  # noqa: E402
+from throwaway_pg import ThrowawayPostgres  # noqa: E402
+
+__all__ = ["ChaosConfig", "Invariant", "Report", "evidence", "main", "render", "run_chaos"]
+
+QUEUE = "chaos"
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """The load, the workers' settings and the fault schedule of one run.  Times are in seconds."""
+
+    name: str
+    jobs: int
+    handler_ms: tuple[int, int]
+    produce_seconds: float  # the producer spreads the jobs over this long; faults run meanwhile
+    concurrency: int  # handler threads per worker (but the first inline_slots workers)
+    drain_timeout: float
+    workers: int = 8
+    inline_slots: int = 2  # the workers of these slots run concurrency 1: handlers on their own thread
+    batch: int = 10
+    lease: float = 5.0
+    reap_interval: float = 1.0
+    poll_interval: float = 1.0
+    kill_every: float = 2.0
+    terminate_every: float = 1.0
+    stop_leases: float = 3.0  # SIGSTOP lasts this many lease lengths
+    fail_every: int = 50  # job n with n % fail_every == 7 fails on purpose (max_attempts 1)
+    max_attempts: int = 100  # for the others: chaos alone never exhausts them
+    down_for: float = 3.0  # a restart keeps the server down this long, so backoff and quiet show
+    reconnect_limit: float = 15.0
+    seed: int = 20240601
+
+    @classmethod
+    def short(cls) -> ChaosConfig:
+        return cls(
+            name="short", jobs=5_000, handler_ms=(1, 20), produce_seconds=40, concurrency=4, drain_timeout=45
+        )
+
+    @classmethod
+    def full(cls) -> ChaosConfig:
+        return cls(
+            name="full",
+            jobs=200_000,
+            handler_ms=(10, 500),
+            produce_seconds=360,
+            concurrency=20,
+            drain_timeout=600,
+        )
+
+    @property
+    def max_connections(self) -> int:
+        # worker + listen + one per handler thread, twice over for killed
+        # workers' backends still exiting, and the harness's own
+        return 2 * self.workers * (self.concurrency + 2) + 50
+
+
+@dataclass
+class Invariant:
+    key: str
+    name: str
+    observed: str
+    expected: str
+    ok: bool
+
+
+@dataclass
+class RestartRecord:
+    mode: str
+    outage: float  # from the end of pg_ctl stop to the first accepted connection
+    reconnect: dict[str, float | None]  # worker -> seconds from accepting connections to its next claim
+    cpu: dict[str, float]  # worker -> CPU seconds spent while the server was down
+    log_lines: dict[str, int]  # worker -> log lines written while the server was down
+
+
+@dataclass
+class StopRecord:
+    worker: str
+    held: list[tuple[int, int]]  # (job id, lease) running under the worker while it was stopped
+    stopped_for: float
+    log_offset: int  # the worker's log size at SIGCONT
+    log_path: Path
+
+
+@dataclass
+class Report:
+    config: ChaosConfig
+    invariants: list[Invariant]
+    counts: dict[str, str]
+    restarts: list[RestartRecord]
+    wall: float
+    workdir: Path
+
+    @property
+    def ok(self) -> bool:
+        return all(inv.ok for inv in self.invariants)
+
+    def invariant(self, key: str) -> Invariant:
+        return next(inv for inv in self.invariants if inv.key == key)
+
+
+def say(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+# -- worker processes ------------------------------------------------------
+
+
+@dataclass
+class WorkerProc:
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    log: IO[bytes]
+    expected_exit: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_size(self) -> int:
+        self.log.flush()
+        return self.log_path.stat().st_size
+
+    def log_text(self, start: int = 0) -> str:
+        with self.log_path.open("rb") as handle:
+            handle.seek(start)
+            return handle.read().decode(errors="replace")
+
+    def lines_between(self, start: int, end: int) -> int:
+        with self.log_path.open("rb") as handle:
+            handle.seek(start)
+            return handle.read(end - start).count(b"\n")
+
+
+class Fleet:
+    """The worker processes: one per slot, each replaced when killed."""
+
+    def __init__(self, dsn: str, config: ChaosConfig, log_dir: Path) -> None:
+        self.dsn = dsn
+        self.config = config
+        self.log_dir = log_dir
+        self.slots: dict[int, WorkerProc] = {}
+        self.every: list[WorkerProc] = []
+        self.unexpected_exits: list[tuple[str, int | None]] = []
+
+    def spawn(self, slot: int) -> WorkerProc:
+        name = f"w{len(self.every) + 1:03d}"
+        c = self.config
+        log_path = self.log_dir / f"worker-{name}.log"
+        log = log_path.open("wb")
+        argv = pgjobq_command(
+            "worker", "helpers.chaos_handlers:run",
+            "--queue", QUEUE,
+            "--concurrency", str(1 if slot < c.inline_slots else c.concurrency),
+            "--batch", str(c.batch),
+            "--lease-timeout", str(c.lease),
+            "--reap-interval", str(c.reap_interval),
+            "--poll-interval", str(c.poll_interval),
+            "--log-level", "INFO",
+        )  # fmt: skip
+        env = process_env(self.dsn, PGJOBQ_WORKER_NAME=name)
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
+        worker = WorkerProc(name, process, log_path, log)
+        self.slots[slot] = worker
+        self.every.append(worker)
+        return worker
+
+    def start(self) -> None:
+        for slot in range(self.config.workers):
+            self.spawn(slot)
+
+    def live(self) -> list[WorkerProc]:
+        return [w for w in self.slots.values() if w.alive()]
+
+    def replace_dead(self) -> None:
+        """Start a replacement for any worker that exited without being told to (and note it)."""
+        for slot, worker in list(self.slots.items()):
+            if not worker.alive() and not worker.expected_exit:
+                self.unexpected_exits.append((worker.name, worker.process.returncode))
+                say(f"worker {worker.name} exited on its own (status {worker.process.returncode})")
+                self.spawn(slot)
+
+    def kill(self, worker: WorkerProc) -> WorkerProc:
+        """SIGKILL worker and start its replacement."""
+        worker.expected_exit = True
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.process.wait()
+        slot = next(s for s, w in self.slots.items() if w is worker)
+        return self.spawn(slot)
+
+    def terminate_all(self, timeout: float) -> dict[str, int | None]:
+        """SIGTERM every live worker; their exit statuses (None: still running after timeout, then killed).
+
+        A replacement started moments ago may still be importing: it is given
+        until it has said it started (its signal handlers are in place by
+        then), so that SIGTERM meets a worker, not an interpreter booting.
+        """
+        workers = list(self.slots.values())
+
+        def started() -> bool:
+            return all("started on queue" in w.log_text() for w in workers if w.alive())
+
+        wait_until(started, timeout, interval=0.5)
+        for worker in workers:
+            worker.expected_exit = True
+            if worker.alive():
+                worker.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        statuses: dict[str, int | None] = {}
+        for worker in workers:
+            try:
+                statuses[worker.name] = worker.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                statuses[worker.name] = None
+        self.kill_all()
+        return statuses
+
+    def kill_all(self) -> None:
+        for worker in self.every:
+            worker.expected_exit = True
+            if worker.alive():
+                worker.process.kill()
+                worker.process.wait()
+            worker.log.close()
+
+
+# -- producer --------------------------------------------------------------
+
+
+class Producer(threading.Thread):
+    """Enqueues the jobs steadily over produce_seconds; keeps every id acknowledged by a commit."""
+
+    def __init__(self, dsn: str, config: ChaosConfig, id_log: Path) -> None:
+        super().__init__(name="producer", daemon=True)
+        self.dsn = dsn
+        self.config = config
+        self.id_log = id_log
+        self.acked: list[int] = []
+        self.failed_batches = 0  # transactions that raised (their jobs may or may not exist)
+        self.error: BaseException | None = None
+        self._abort = threading.Event()
+        self._rng = random.Random(config.seed)
+
+    def abort(self) -> None:
+        self._abort.set()
+
+    def run(self) -> None:
+        try:
+            self._produce()
+        except BaseException as exc:
+            self.error = exc
+
+    def _payload(self, n: int) -> dict[str, Any]:
+        low, high = self.config.handler_ms
+        return {
+            "n": n,
+            "ms": self._rng.randint(low, high),
+            "mode": "effects" if n % 2 == 0 else "plain",
+            "fail": n % self.config.fail_every == 7,
+        }
+
+    def _produce(self) -> None:
+        c = self.config
+        conn: psycopg.Connection[Any] | None = None
+        numbered = 0  # payload numbers used, including those of failed transactions
+        start = time.monotonic()
+        with self.id_log.open("w") as id_log:
+            while len(self.acked) < c.jobs and not self._abort.is_set():
+                elapsed = time.monotonic() - start
+                target = min(c.jobs, math.ceil(c.jobs * elapsed / c.produce_seconds))
+                size = min(500, target - len(self.acked))
+                if size <= 0:
+                    time.sleep(0.02)
+                    continue
+                payloads = [self._payload(numbered + k) for k in range(size)]
+                numbered += size
+                try:
+                    if conn is None or conn.closed:
+                        conn = psycopg.connect(self.dsn, application_name="chaos producer")
+                    with conn.transaction():
+                        ids = pgjobq.enqueue_many(
+                            conn, QUEUE, [p for p in payloads if not p["fail"]], max_attempts=c.max_attempts
+                        )
+                        ids += pgjobq.enqueue_many(
+                            conn, QUEUE, [p for p in payloads if p["fail"]], max_attempts=1
+                        )
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    self.failed_batches += 1
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                    time.sleep(0.2)
+                    continue
+                self.acked.extend(ids)  # committed: these ids are promised
+                id_log.write("".join(f"{i}\n" for i in ids))
+                id_log.flush()
+        if conn is not None:
+            conn.close()
+
+
+# -- chaos -----------------------------------------------------------------
+
+
+class Chaos(threading.Thread):
+    """Injects the faults on a schedule while the producer runs."""
+
+    def __init__(
+        self, config: ChaosConfig, server: ThrowawayPostgres, dsn: str, fleet: Fleet, producer: Producer
+    ) -> None:
+        super().__init__(name="chaos", daemon=True)
+        self.config = config
+        self.server = server
+        self.dsn = dsn
+        self.fleet = fleet
+        self.producer = producer
+        self.rng = random.Random(config.seed + 1)
+        self.kills = 0
+        self.terminated: dict[str, int] = {"worker": 0, "listen": 0}
+        self.restarts: list[RestartRecord] = []
+        self.stop: StopRecord | None = None
+        self.error: BaseException | None = None
+        self._conn: Db | None = None
+        self._protected: WorkerProc | None = None
+        self._protected_until = math.inf
+        self._next_kill = 0.0
+        self._next_terminate = 0.0
+
+    def run(self) -> None:
+        try:
+            self._script()
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+
+    def _db(self) -> Db:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self.dsn, autocommit=True, row_factory=dict_row, application_name="chaos harness"
+            )
+        return self._conn
+
+    def _query(self, query: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        """Run a query on the harness's connection, retrying through connection errors."""
+        for attempt in range(100):
+            try:
+                return self._db().execute(query, params).fetchall()
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                time.sleep(min(1.0, 0.05 * 2**attempt))
+        raise RuntimeError("the harness lost the database for good")
+
+    # -- the schedule --------------------------------------------------------
+
+    def _script(self) -> None:
+        c = self.config
+        t0 = time.monotonic()
+        self._next_kill = t0 + c.kill_every
+        self._next_terminate = t0 + c.terminate_every / 2
+        self._run_faults_until(t0 + 0.10 * c.produce_seconds)
+        self._restart("fast")
+        self._run_faults_until(max(time.monotonic() + 2, t0 + 0.35 * c.produce_seconds))
+        self._stop_and_continue()
+        self._run_faults_until(max(time.monotonic() + 2, t0 + 0.75 * c.produce_seconds))
+        self._restart("immediate")
+        # kills and terminations go on until the producer is done and the
+        # backlog is down to what the workers can hold at once
+        while self.producer.is_alive():
+            self._run_faults_until(time.monotonic() + 0.5)
+        deadline = time.monotonic() + c.drain_timeout
+        while self._unfinished() > c.workers * c.concurrency and time.monotonic() < deadline:
+            self._run_faults_until(time.monotonic() + 1)
+        say("faults over")
+
+    def _unfinished(self) -> int:
+        rows = self._query("SELECT count(*) AS n FROM jobq.jobs WHERE status IN ('queued', 'running')")
+        return int(rows[0]["n"])
+
+    def _run_faults_until(self, deadline: float) -> None:
+        """Kill a worker every kill_every and terminate a connection every terminate_every until deadline."""
+        while (now := time.monotonic()) < deadline:
+            self.fleet.replace_dead()
+            if now >= self._next_kill:
+                self._kill_one()
+                self._next_kill = now + self.config.kill_every
+            if now >= self._next_terminate:
+                self._terminate_one()
+                self._next_terminate = now + self.config.terminate_every
+            time.sleep(max(0.0, min(0.05, deadline - time.monotonic())))
+
+    def _resume_faults(self) -> None:
+        now = time.monotonic()
+        self._next_kill = now + self.config.kill_every
+        self._next_terminate = now + self.config.terminate_every
+
+    def _killable(self) -> list[WorkerProc]:
+        if self._protected is not None and self.stop is not None and late_refusals(self.stop):
+            self._protected_until = min(self._protected_until, time.monotonic())  # it has spoken
+        protected = self._protected if time.monotonic() < self._protected_until else None
+        return [w for w in self.fleet.live() if w is not protected]
+
+    # -- faults ------------------------------------------------------------
+
+    def _kill_one(self) -> None:
+        candidates = self._killable()
+        if candidates:
+            victim = self.rng.choice(candidates)
+            self.fleet.kill(victim)
+            self.kills += 1
+
+    def _terminate_one(self) -> None:
+        rows = self._query(
+            "SELECT pid, split_part(application_name, ' ', 2) AS kind FROM pg_stat_activity"
+            " WHERE application_name LIKE 'pgjobq %%' AND datname = current_database()"
+        )
+        if rows:
+            row = self.rng.choice(rows)
+            done = self._query("SELECT pg_terminate_backend(%s) AS ok", (row["pid"],))
+            if done[0]["ok"]:
+                self.terminated[row["kind"]] = self.terminated.get(row["kind"], 0) + 1
+
+    def _stop_and_continue(self) -> None:
+        """SIGSTOP a worker that holds running jobs for stop_leases lease lengths, then SIGCONT it."""
+        c = self.config
+        for _ in range(200):
+            holders = self._query(
+                "SELECT locked_by FROM jobq.jobs WHERE status = 'running' AND queue = %s"
+                " GROUP BY locked_by ORDER BY count(*) DESC",
+                (QUEUE,),
+            )
+            live = {w.name: w for w in self._killable()}
+            victim = next((live[r["locked_by"]] for r in holders if r["locked_by"] in live), None)
+            if victim is None:
+                self._run_faults_until(time.monotonic() + 0.05)
+                continue
+            os.kill(victim.pid, signal.SIGSTOP)
+            stopped_at = time.monotonic()
+            time.sleep(0.3)  # statements in flight when it froze finish
+            held = self._query(
+                "SELECT id, lease FROM jobq.jobs WHERE status = 'running' AND locked_by = %s",
+                (victim.name,),
+            )
+            if not held:  # it finished its jobs just before freezing: let it go, pick again
+                os.kill(victim.pid, signal.SIGCONT)
+                continue
+            say(f"SIGSTOP {victim.name} holding {len(held)} job(s)")
+            self._protected, self._protected_until = victim, math.inf
+            self._run_faults_until(stopped_at + c.stop_leases * c.lease)
+            os.kill(victim.pid, signal.SIGCONT)
+            stopped_for = time.monotonic() - stopped_at
+            say(f"SIGCONT {victim.name} after {stopped_for:.1f} s")
+            self.stop = StopRecord(
+                worker=victim.name,
+                held=[(r["id"], r["lease"]) for r in held],
+                stopped_for=stopped_for,
+                log_offset=victim.log_size(),
+                log_path=victim.log_path,
+            )
+            # spared until it has reported a late result (or for a minute)
+            self._protected_until = time.monotonic() + 60
+            return
+        raise RuntimeError("no worker held a running job to be stopped")
+
+    def connected(self) -> bool:
+        """True when every live worker has its connection open (replacements take a while to start)."""
+        names = [f"pgjobq worker {w.name}" for w in self.fleet.live()]
+        rows = self._query(
+            "SELECT count(DISTINCT application_name) AS n FROM pg_stat_activity"
+            " WHERE application_name = ANY(%s)",
+            (names,),
+        )
+        return bool(rows[0]["n"] == len(names))
+
+    def _restart(self, mode: str) -> None:
+        """Restart PostgreSQL with pg_ctl -m mode; measure the workers while it is down and after.
+
+        Measured are the workers running at the time, once each has connected:
+        a replacement still starting up would measure its own start.
+        """
+        deadline = time.monotonic() + 60
+        while not self.connected() and time.monotonic() < deadline:
+            self.fleet.replace_dead()
+            time.sleep(0.1)
+        measured = self.fleet.live()
+        if self._conn is not None:
+            self._conn.close()
+        say(f"restart PostgreSQL -m {mode}")
+        self.server.stop(mode)
+        # down from here: what the workers spend until it is up again is measured
+        down = time.time()
+        cpu_before = {w.name: cpu_seconds(w.pid) for w in measured}
+        log_before = {w.name: w.log_size() for w in measured}
+        time.sleep(self.config.down_for)
+        self.server.start()
+        while True:
+            try:
+                psycopg.connect(self.dsn, connect_timeout=2).close()
+                break
+            except psycopg.OperationalError:
+                time.sleep(0.01)
+        up = time.time()
+        cpu = {w.name: cpu_seconds(w.pid) - cpu_before[w.name] for w in measured}
+        log_lines = {w.name: w.lines_between(log_before[w.name], w.log_size()) for w in measured}
+        reconnect = self._wait_for_claims(measured, up)
+        record = RestartRecord(mode, up - down, reconnect, cpu, log_lines)
+        self.restarts.append(record)
+        back = [s for s in reconnect.values() if s is not None]
+        say(
+            f"PostgreSQL down {record.outage:.1f} s; {len(back)}/{len(measured)} workers back,"
+            f" slowest after {max(back, default=math.nan):.1f} s"
+        )
+        self._resume_faults()
+
+    def _wait_for_claims(self, workers: list[WorkerProc], up: float) -> dict[str, float | None]:
+        """Seconds from `up` to each worker's first claim (or its first statement on a new connection)."""
+        since = datetime.fromtimestamp(up, timezone.utc)
+        names = [w.name for w in workers]
+        found: dict[str, float | None] = dict.fromkeys(names)
+        deadline = up + self.config.reconnect_limit + 15  # watch past the limit to report how late
+        while time.time() < deadline and any(found[n] is None for n in names):
+            rows = self._query(
+                "SELECT locked_by AS name, extract(epoch FROM min(at)) AS at FROM chaos.transitions"
+                " WHERE at > %s AND new_status = 'running' AND new_lease <> old_lease"
+                "   AND locked_by = ANY(%s) GROUP BY locked_by"
+                " UNION ALL"
+                " SELECT substr(application_name, length('pgjobq worker ') + 1),"
+                "        extract(epoch FROM backend_start)"
+                "   FROM pg_stat_activity"
+                "  WHERE application_name = ANY(%s) AND backend_start > %s AND state = 'idle'"
+                "    AND query LIKE '%%jobq.claim%%'",
+                (since, names, [f"pgjobq worker {n}" for n in names], since),
+            )
+            for row in rows:
+                seconds = float(row["at"]) - up
+                current = found.get(row["name"])
+                if row["name"] in found and (current is None or seconds < current):
+                    found[row["name"]] = seconds
+            time.sleep(0.2)
+        return found
+
+
+# -- checks ----------------------------------------------------------------
+
+LOST = """
+SELECT count(*) AS lost, count(*) FILTER (WHERE j.id IS NULL) AS missing
+  FROM chaos.acked AS a LEFT JOIN jobq.jobs AS j ON j.id = a.id
+ WHERE j.id IS NULL
+    OR j.status <> CASE WHEN (j.payload->>'fail')::boolean THEN 'failed' ELSE 'done' END
+"""
+
+DOUBLE_CLAIMS = """
+WITH claims AS (
+    SELECT job_id, new_lease AS lease, seq, old_status, new_status, old_lease
+      FROM chaos.transitions
+     WHERE new_lease <> old_lease
+), ends AS (
+    SELECT job_id, old_lease AS lease, min(seq) AS seq
+      FROM chaos.transitions
+     WHERE old_status = 'running' AND new_status <> 'running'
+     GROUP BY job_id, old_lease
+), spans AS (
+    SELECT c.job_id, c.lease, c.seq AS began, e.seq AS ended
+      FROM claims AS c LEFT JOIN ends AS e USING (job_id, lease)
+)
+SELECT
+    (SELECT count(*) FROM spans AS a JOIN spans AS b
+        ON a.job_id = b.job_id AND a.lease < b.lease
+       AND b.began < coalesce(a.ended, 9223372036854775807)) AS overlaps,
+    (SELECT count(*) FROM claims
+      WHERE NOT (old_status = 'queued' AND new_status = 'running' AND lease = old_lease + 1)) AS bad_claims,
+    (SELECT count(*) FROM chaos.transitions
+      WHERE new_status = 'running' AND old_status <> 'running' AND new_lease = old_lease) AS unleased_claims,
+    (SELECT count(*) FROM jobq.jobs AS j
+       LEFT JOIN (SELECT job_id, count(*) AS n FROM claims GROUP BY job_id) AS c ON c.job_id = j.id
+      WHERE j.lease <> coalesce(c.n, 0)) AS log_gaps
+"""
+
+STALE_COMPLETIONS = """
+SELECT count(*) FILTER (
+           WHERE old_status <> 'running' OR old_lease <> new_lease
+              OR NOT EXISTS (SELECT FROM chaos.executions AS e
+                              WHERE e.job_id = t.job_id AND e.lease = t.old_lease AND e.finished_at <= t.at)
+       ) AS stale,
+       count(*) - count(DISTINCT job_id) AS second_completions
+  FROM chaos.transitions AS t
+ WHERE new_status = 'done'
+"""
+
+DUPLICATES = """
+WITH per_lease AS (
+    SELECT job_id, lease, count(*) AS n, lease < max(lease) OVER (PARTITION BY job_id) AS superseded
+      FROM chaos.executions
+     GROUP BY job_id, lease
+), reaped AS (
+    SELECT DISTINCT job_id, old_lease AS lease FROM chaos.transitions WHERE reaped
+)
+SELECT (SELECT count(*) FROM chaos.executions) AS executions,
+       (SELECT count(*) - count(DISTINCT job_id) FROM chaos.executions) AS duplicates,
+       (SELECT count(*) FROM per_lease WHERE n > 1) AS same_lease,
+       (SELECT count(*) FROM per_lease AS p LEFT JOIN reaped AS r USING (job_id, lease)
+         WHERE p.superseded AND r.job_id IS NULL) AS unexplained
+"""
+
+EFFECTS = """
+WITH per_job AS (
+    SELECT j.id, j.status, count(f.token) AS effects,
+           count(f.token) FILTER (WHERE f.lease = j.lease) AS current
+      FROM jobq.jobs AS j LEFT JOIN chaos.effects AS f ON f.job_id = j.id
+     WHERE j.payload->>'mode' = 'effects'
+     GROUP BY j.id, j.status
+)
+SELECT count(*) FILTER (WHERE status = 'done') AS done,
+       count(*) FILTER (WHERE status = 'done' AND NOT (effects = 1 AND current = 1))
+     + count(*) FILTER (WHERE status <> 'done' AND effects > 0) AS wrong
+  FROM per_job
+"""
+
+COUNTS = """
+SELECT count(*) AS jobs,
+       count(*) FILTER (WHERE status = 'done') AS done,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status IN ('queued', 'running')) AS unfinished,
+       count(*) FILTER (WHERE payload->>'mode' = 'effects') AS effects_mode,
+       (SELECT count(*) FROM chaos.transitions WHERE reaped) AS reaps,
+       (SELECT count(*) FROM chaos.acked) AS acked
+  FROM jobq.jobs
+"""
+
+REFUSED = re.compile(r"job (\d+): lease (\d+) lost; (?:result|failure) discarded")
+
+
+def late_refusals(stop: StopRecord) -> int:
+    """How many of the jobs it held the stopped worker has since logged as refused (lease lost)."""
+    late_text = stop.log_path.read_bytes()[stop.log_offset :].decode(errors="replace")
+    held = set(stop.held)
+    return sum((int(job), int(lease)) in held for job, lease in REFUSED.findall(late_text))
+
+
+def _one(conn: Db, query: str, params: tuple[Any, ...] | None = None) -> dict[str, Any]:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row
+
+
+def evidence(conn: Db) -> dict[str, dict[str, Any]]:
+    """What the evidence tables say: one row of numbers per query above, by name."""
+    for ddl in (
+        "CREATE INDEX IF NOT EXISTS transitions_job_idx ON chaos.transitions (job_id, seq)",
+        "CREATE INDEX IF NOT EXISTS executions_job_idx ON chaos.executions (job_id, lease)",
+        "CREATE INDEX IF NOT EXISTS effects_job_idx ON chaos.effects (job_id)",
+        "ANALYZE chaos.transitions, chaos.executions, chaos.effects, chaos.acked",
+    ):
+        conn.execute(ddl)
+    queries = {
+        "lost": LOST,
+        "claims": DOUBLE_CLAIMS,
+        "stale": STALE_COMPLETIONS,
+        "dups": DUPLICATES,
+        "effects": EFFECTS,
+        "counts": COUNTS,
+    }
+    return {name: _one(conn, query) for name, query in queries.items()}
+
+
+def check(
+    conn: Db,
+    config: ChaosConfig,
+    chaos: Chaos,
+    fleet: Fleet,
+    exits: dict[str, int | None],
+) -> tuple[list[Invariant], dict[str, str]]:
+    """The invariants and the counts, from the evidence tables and the workers' logs."""
+    found = evidence(conn)
+    lost, claims, stale, dups, effects, counts = (
+        found[k] for k in ("lost", "claims", "stale", "dups", "effects", "counts")
+    )
+
+    refused_all = sum(len(REFUSED.findall(w.log_text())) for w in fleet.every)
+    stop = chaos.stop
+    late_refused = late_refusals(stop) if stop is not None else 0
+
+    double = claims["overlaps"] + claims["bad_claims"] + claims["unleased_claims"]
+    unexplained = dups["same_lease"] + dups["unexplained"]
+    restarts = chaos.restarts
+    modes = sorted(r.mode for r in restarts)
+    slowest = [max((s if s is not None else math.inf) for s in r.reconnect.values()) for r in restarts]
+    cpu_limit = [0.25 * r.outage + 0.2 for r in restarts]
+    cpu_worst = [max(r.cpu.values(), default=0.0) for r in restarts]
+    lines_worst = [max(r.log_lines.values(), default=0) for r in restarts]
+    unclean = {name: status for name, status in exits.items() if status != 0}
+
+    def secs(values: list[float]) -> str:
+        return ", ".join("never" if math.isinf(v) else f"{v:.1f} s" for v in values) or "-"
+
+    invariants = [
+        Invariant(
+            "lost", "lost jobs (acknowledged id not done, or failed against its rules)",
+            f"{lost['lost']} ({lost['missing']} missing)", "0", lost["lost"] == 0,
+        ),
+        Invariant(
+            "double_claims", "double claims (overlapping or out-of-order leases)",
+            f"{double} ({claims['overlaps']} overlaps, {claims['bad_claims']} bad claims,"
+            f" {claims['unleased_claims']} unleased; {claims['log_gaps']} log gaps)",
+            "0", double == 0 and claims["log_gaps"] == 0,
+        ),
+        Invariant(
+            "stale_completions", "stale completions accepted",
+            str(stale["stale"]), "0", stale["stale"] == 0,
+        ),
+        Invariant(
+            "second_completions", "second running -> done transitions",
+            str(stale["second_completions"]), "0", stale["second_completions"] == 0,
+        ),
+        Invariant(
+            "duplicates_explained", "duplicate executions not explained by a reap",
+            f"{unexplained} of {dups['duplicates']} ({dups['same_lease']} under one lease)",
+            "0", unexplained == 0,
+        ),
+        Invariant(
+            "effects_exactly_once", "effects-mode jobs without exactly one effect per done job",
+            f"{effects['wrong']} of {effects['done']} done", "0",
+            effects["wrong"] == 0 and effects["done"] > 0,
+        ),
+        Invariant(
+            "drained", "jobs left queued or running after the drain",
+            str(counts["unfinished"]), "0", counts["unfinished"] == 0,
+        ),
+        Invariant(
+            "clean_exit", "workers not exiting 0 within 30 s of SIGTERM",
+            f"{len(unclean)} of {len(exits)}" + (f" {unclean}" if unclean else ""), "0", not unclean,
+        ),
+        Invariant(
+            "no_crashes", "workers that exited on their own",
+            str(len(fleet.unexpected_exits)), "0", not fleet.unexpected_exits,
+        ),
+        Invariant(
+            "reconnect", "slowest reconnect after each restart",
+            secs(slowest), f"<= {config.reconnect_limit:.0f} s",
+            len(restarts) == 2 and all(s <= config.reconnect_limit for s in slowest),
+        ),
+        Invariant(
+            "quiet_cpu", "most CPU a worker spent while the server was down",
+            secs(cpu_worst), "<= " + secs(cpu_limit),
+            len(restarts) == 2 and all(w <= lim for w, lim in zip(cpu_worst, cpu_limit, strict=True)),
+        ),
+        Invariant(
+            "quiet_log", "most log lines a worker wrote while the server was down",
+            ", ".join(map(str, lines_worst)), "<= 20",
+            len(restarts) == 2 and all(n <= 20 for n in lines_worst),
+        ),
+        Invariant(
+            "late_complete_refused", "late completes of the SIGSTOPped worker refused",
+            f"{late_refused} of {len(stop.held) if stop else 0} held job(s)", ">= 1", late_refused >= 1,
+        ),
+        Invariant(
+            "faults", "faults injected: kills, stops, terminated connections, restarts",
+            f"{chaos.kills}, {1 if stop else 0}, {sum(chaos.terminated.values())}, {'+'.join(modes)}",
+            "all kinds",
+            chaos.kills > 0 and stop is not None and sum(chaos.terminated.values()) > 0
+            and modes == ["fast", "immediate"],
+        ),
+    ]  # fmt: skip
+
+    summary = {
+        "jobs acknowledged to the producer": f"{counts['acked']:,}",
+        "jobs in the table": f"{counts['jobs']:,} ({counts['jobs'] - counts['acked']} from in-doubt commits)",
+        "done / failed by their rules": f"{counts['done']:,} / {counts['failed']:,}",
+        "effects-mode jobs": f"{counts['effects_mode']:,}",
+        "executions": f"{dups['executions']:,}",
+        "duplicate executions": f"{dups['duplicates']:,}",
+        "reaps": f"{counts['reaps']:,}",
+        "workers SIGKILLed": str(chaos.kills),
+        "workers SIGSTOPped": (
+            f"1 ({stop.worker}, {stop.stopped_for:.1f} s, holding {len(stop.held)})" if stop else "0"
+        ),
+        "connections terminated": ", ".join(f"{n} {kind}" for kind, n in sorted(chaos.terminated.items())),
+        "PostgreSQL restarts": ", ".join(f"-m {r.mode} (down {r.outage:.1f} s)" for r in restarts),
+        "late completes refused": f"{late_refused} by the stopped worker, {refused_all} in all",
+        "producer transactions failed by faults (retried)": str(chaos.producer.failed_batches),
+        "worker processes started": str(len(fleet.every)),
+    }
+    return invariants, summary
+
+
+# -- the run -----------------------------------------------------------------
+
+
+@contextmanager
+def _server(config: ChaosConfig) -> Iterator[ThrowawayPostgres]:
+    server = ThrowawayPostgres(fast=True, settings={"max_connections": str(config.max_connections)})
+    with server:
+        yield server
+
+
+def _prepare(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION pgjobq")
+        conn.execute(SCHEMA_DDL)
+
+
+def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
+    """One chaos run; the workers' logs and the producer's id log go to workdir."""
+    began = time.monotonic()
+    workdir.mkdir(parents=True, exist_ok=True)
+    with _server(config) as server:
+        dsn = server.dsn()
+        _prepare(dsn)
+        fleet = Fleet(dsn, config, workdir)
+        producer = Producer(dsn, config, workdir / "acked-ids.txt")
+        chaos = Chaos(config, server, dsn, fleet, producer)
+        say(f"{config.name} chaos run: {config.jobs:,} jobs, {config.workers} workers; logs in {workdir}")
+        try:
+            fleet.start()
+            wait_until(chaos.connected, timeout=60, interval=0.1)  # the clock starts once all are up
+            producer.start()
+            chaos.start()
+            chaos.join()
+            if chaos.error is not None:
+                producer.abort()
+            producer.join()
+            for failed in (chaos, producer):
+                if failed.error is not None:
+                    raise RuntimeError(f"the {failed.name} thread failed") from failed.error
+            with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+
+                def drained() -> bool:
+                    fleet.replace_dead()
+                    row = _one(
+                        conn, "SELECT count(*) AS n FROM jobq.jobs WHERE status IN ('queued', 'running')"
+                    )
+                    return bool(row["n"] == 0)
+
+                say("draining")
+                wait_until(drained, config.drain_timeout, interval=0.5)
+                exits = fleet.terminate_all(timeout=30)
+                with conn.cursor() as cur, cur.copy("COPY chaos.acked (id) FROM STDIN") as copy:
+                    for job_id in producer.acked:
+                        copy.write_row((job_id,))
+                say("checking")
+                invariants, counts = check(conn, config, chaos, fleet, exits)
+        finally:
+            producer.abort()
+            fleet.kill_all()
+    wall = time.monotonic() - began
+    counts["wall time"] = f"{wall:.0f} s"
+    return Report(config, invariants, counts, chaos.restarts, wall, workdir)
+
+
+def render(report: Report, console: Console | None = None) -> None:
+    console = console or Console()
+    c = report.config
+    title = (
+        f"pgjobq chaos run ({c.name}): {c.jobs:,} jobs of {c.handler_ms[0]}-{c.handler_ms[1]} ms,"
+        f" {c.workers} workers ({c.inline_slots} x 1 thread, the others x {c.concurrency}),"
+        f" lease {c.lease:g} s"
+    )
+    table = Table(title=title)
+    table.add_column("invariant")
+    table.add_column("observed", justify="right")
+    table.add_column("expected", justify="right")
+    table.add_column("")
+    for inv in report.invariants:
+        table.add_row(inv.name, inv.observed, inv.expected, "[green]ok[/]" if inv.ok else "[red]FAIL[/]")
+    console.print(table)
+    counts = Table(title="counts", show_header=False)
+    counts.add_column("what")
+    counts.add_column("how many", justify="right")
+    for what, value in report.counts.items():
+        counts.add_row(what, value)
+    console.print(counts)
+    restarts = Table(title="restarts: per worker, while the server was down and after")
+    for column in ("mode", "down", "workers", "reconnect (max)", "CPU (max)", "log lines (max)"):
+        restarts.add_column(column, justify="right")
+    for r in report.restarts:
+        back = [s for s in r.reconnect.values() if s is not None]
+        restarts.add_row(
+            r.mode,
+            f"{r.outage:.1f} s",
+            f"{len(back)}/{len(r.reconnect)} back",
+            f"{max(back, default=math.nan):.1f} s",
+            f"{max(r.cpu.values(), default=0.0):.2f} s",
+            str(max(r.log_lines.values(), default=0)),
+        )
+    console.print(restarts)
+    console.print("[green]all invariants hold[/]" if report.ok else "[red]invariants violated[/]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--full", action="store_true", help="the full run (200,000 jobs) instead of the short one"
+    )
+    parser.add_argument("--workdir", type=Path, help="folder for the logs (default: a new temporary folder)")
+    args = parser.parse_args(argv)
+    config = ChaosConfig.full() if args.full else ChaosConfig.short()
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix=f"pgjobq-chaos-{config.name}-"))
+    report = run_chaos(config, workdir)
+    render(report)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""Installing and upgrading: by a database owner; fresh equals upgraded; never taking over or adding roles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers.databases import connect_as, fresh_database, login_role
+from helpers.sqlhelpers import Db, scalar
+from throwaway_pg import ThrowawayPostgres
+
+OLDEST_VERSION = "0.1.0"
+
+# Everything a user or a client can depend on, as text, free of oids.
+CATALOG = {
+    "functions": """
+        SELECT p.oid::regprocedure::text AS signature, pg_get_functiondef(p.oid) AS definition,
+               p.proacl::text AS acl, obj_description(p.oid, 'pg_proc') AS comment
+          FROM pg_proc AS p WHERE p.pronamespace = 'jobq'::regnamespace
+    """,
+    "relations": """
+        SELECT c.relname, c.relkind, c.relacl::text AS acl, c.reloptions::text AS options,
+               obj_description(c.oid, 'pg_class') AS comment,
+               CASE WHEN c.relkind = 'i' THEN pg_get_indexdef(c.oid) END AS definition
+          FROM pg_class AS c WHERE c.relnamespace = 'jobq'::regnamespace
+    """,
+    "columns": """
+        SELECT a.attrelid::regclass::text AS relation, a.attnum, a.attname,
+               format_type(a.atttypid, a.atttypmod) AS type, a.attnotnull,
+               pg_get_expr(d.adbin, d.adrelid) AS default, a.attacl::text AS acl,
+               col_description(a.attrelid, a.attnum) AS comment
+          FROM pg_attribute AS a
+          JOIN pg_class AS c ON c.oid = a.attrelid
+          LEFT JOIN pg_attrdef AS d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+         WHERE c.relnamespace = 'jobq'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+    """,
+    "constraints": """
+        SELECT c.conrelid::regclass::text AS relation, c.conname, pg_get_constraintdef(c.oid) AS definition
+          FROM pg_constraint AS c WHERE c.connamespace = 'jobq'::regnamespace
+    """,
+    "triggers": """
+        SELECT t.tgname, pg_get_triggerdef(t.oid) AS definition,
+               obj_description(t.oid, 'pg_trigger') AS comment
+          FROM pg_trigger AS t WHERE t.tgrelid = 'jobq.jobs'::regclass AND NOT t.tgisinternal
+    """,
+    "schema": """
+        SELECT n.nspacl::text AS acl, obj_description(n.oid, 'pg_namespace') AS comment
+          FROM pg_namespace AS n WHERE n.nspname = 'jobq'
+    """,
+    "extension": """
+        SELECT e.extversion, e.extrelocatable,
+               (SELECT array_agg(c::regclass::text ORDER BY c::regclass::text)
+                  FROM unnest(e.extconfig) AS c) AS config_tables,
+               (SELECT count(*) FROM pg_depend AS d
+                 WHERE d.refclassid = 'pg_extension'::regclass AND d.refobjid = e.oid
+                   AND d.deptype = 'e') AS members
+          FROM pg_extension AS e WHERE e.extname = 'pgjobq'
+    """,
+    "initial privileges": """
+        SELECT i.classoid::regclass::text AS catalog, pg_describe_object(i.classoid, i.objoid, i.objsubid),
+               i.privtype, i.initprivs::text
+          FROM pg_init_privs AS i
+         WHERE pg_describe_object(i.classoid, i.objoid, i.objsubid) LIKE '%jobq%'
+    """,
+}
+
+
+def catalog(conn: psycopg.Connection[Any]) -> dict[str, list[Any]]:
+    """What CATALOG selects, each part sorted."""
+    return {part: sorted(conn.execute(query).fetchall(), key=repr) for part, query in CATALOG.items()}
+
+
+def latest_version(db: Db) -> str:
+    return str(scalar(db, "SELECT default_version FROM pg_available_extensions WHERE name = 'pgjobq'"))
+
+
+def test_a_database_owner_without_superuser_installs_and_uses_the_extension(
+    db: Db, pg_server: ThrowawayPostgres
+) -> None:
+    with (
+        login_role(db) as role,
+        fresh_database(db, owner=role) as dbname,
+        connect_as(pg_server, dbname, role) as owner,
+    ):
+        assert scalar(owner, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user") is False
+
+        owner.execute("CREATE EXTENSION pgjobq")
+        to_fail = scalar(owner, "SELECT jobq.enqueue('emails', '{\"to\": \"ada\"}', max_attempts => 1)")
+        to_finish, *to_finish_together = scalar(
+            owner, "SELECT jobq.enqueue_many('emails', ARRAY['{}', '{}', '{}']::jsonb[])"
+        )
+        leases = {
+            row["id"]: row["lease"] for row in owner.execute("SELECT * FROM jobq.claim('emails', 4, 'w1')")
+        }
+        owner.execute("SELECT jobq.heartbeat(%s, %s)", (to_fail, leases[to_fail]))
+        owner.execute("SELECT jobq.fail(%s, 'boom', %s)", (to_fail, leases[to_fail]))
+        owner.execute("SELECT jobq.complete(%s, %s)", (to_finish, leases[to_finish]))
+        owner.execute(
+            "SELECT jobq.complete_many(%s, %s)",
+            (to_finish_together, [leases[job_id] for job_id in to_finish_together]),
+        )
+        owner.execute("SELECT * FROM jobq.reap('1 minute')")
+        scalar(owner, "SELECT jobq.enqueue('emails', '{}')")
+        owner.execute("SELECT jobq.release(id, lease) FROM jobq.claim('emails', 1, 'w2')")
+        redriven = [row["id"] for row in owner.execute("SELECT jobq.retry_failed('emails') AS id")]
+        stats = owner.execute("SELECT queue, queued, done, failed FROM jobq.stats()").fetchall()
+        channel = scalar(owner, "SELECT jobq.channel('emails')")
+        owner.execute("DROP EXTENSION pgjobq")
+
+    assert len(leases) == 4
+    assert redriven == [to_fail]
+    assert stats == [{"queue": "emails", "queued": 2, "done": 3, "failed": 0}]
+    assert channel == "jobq_emails"
+
+
+def test_a_fresh_install_equals_an_upgrade_from_the_oldest_version(
+    db: Db, pg_server: ThrowawayPostgres
+) -> None:
+    with login_role(db) as owner, fresh_database(db, owner) as fresh, fresh_database(db, owner) as upgraded:
+        with connect_as(pg_server, fresh, owner) as conn:
+            conn.execute("CREATE EXTENSION pgjobq")
+            installed = catalog(conn)
+        with connect_as(pg_server, upgraded, owner) as conn:
+            conn.execute(f"CREATE EXTENSION pgjobq VERSION '{OLDEST_VERSION}'")
+            conn.execute("ALTER EXTENSION pgjobq UPDATE")
+            updated = catalog(conn)
+
+    assert installed["extension"][0]["extversion"] == latest_version(db)
+    for part in CATALOG:
+        assert updated[part] == installed[part], part
+
+
+def test_jobs_of_every_state_survive_an_upgrade_and_keep_working(
+    db: Db, pg_server: ThrowawayPostgres
+) -> None:
+    with fresh_database(db) as dbname, connect_as(pg_server, dbname) as conn:
+        conn.execute(f"CREATE EXTENSION pgjobq VERSION '{OLDEST_VERSION}'")
+        conn.execute(
+            """
+            SELECT jobq.enqueue_many('emails', array_fill('{"n": 1}'::jsonb, ARRAY[4]), max_attempts => 1);
+            SELECT jobq.complete(c.id, c.lease) FROM jobq.claim('emails', 1, 'old') AS c;
+            SELECT jobq.fail(c.id, 'boom', c.lease) FROM jobq.claim('emails', 1, 'old') AS c;
+            SELECT * FROM jobq.claim('emails', 1, 'old');
+            """
+        )
+        before = conn.execute("SELECT id, status, lease, payload FROM jobq.jobs ORDER BY id").fetchall()
+
+        conn.execute("ALTER EXTENSION pgjobq UPDATE")
+
+        after = conn.execute("SELECT id, status, lease, payload FROM jobq.jobs ORDER BY id").fetchall()
+        running = conn.execute("SELECT id, lease FROM jobq.jobs WHERE status = 'running'").fetchone()
+        assert running is not None
+        conn.execute("SELECT jobq.complete(%(id)s, %(lease)s)", running)
+        (queued,) = conn.execute("SELECT * FROM jobq.claim('emails', 1, 'new')").fetchall()
+        conn.execute("SELECT jobq.complete(%(id)s, %(lease)s)", queued)
+        statuses = conn.execute(
+            "SELECT status, count(*) AS n FROM jobq.jobs GROUP BY status ORDER BY status"
+        ).fetchall()
+
+    assert after == before
+    assert statuses == [{"status": "done", "n": 3}, {"status": "failed", "n": 1}]
+
+
+def test_installing_into_an_existing_jobq_schema_of_someone_else_fails(
+    db: Db, pg_server: ThrowawayPostgres
+) -> None:
+    with (
+        login_role(db) as squatter,
+        login_role(db) as owner,
+        fresh_database(db, owner) as dbname,
+        connect_as(pg_server, dbname) as superuser,
+        connect_as(pg_server, dbname, owner) as conn,
+    ):
+        superuser.execute(f'CREATE SCHEMA jobq AUTHORIZATION "{squatter}"')
+        with pytest.raises(psycopg.errors.DuplicateSchema, match='schema "jobq" already exists'):
+            conn.execute("CREATE EXTENSION pgjobq")
+        installed = scalar(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pgjobq'")
+        schema_owner = scalar(conn, "SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'jobq'")
+        superuser.execute("DROP SCHEMA jobq")
+
+    assert installed == 0
+    assert schema_owner == squatter
+
+
+def test_installing_creates_no_roles(db: Db, pg_server: ThrowawayPostgres) -> None:
+    roles_before = db.execute("SELECT rolname FROM pg_roles ORDER BY rolname").fetchall()
+
+    with fresh_database(db) as dbname, connect_as(pg_server, dbname) as conn:
+        conn.execute("CREATE EXTENSION pgjobq")
+        roles_after = conn.execute("SELECT rolname FROM pg_roles ORDER BY rolname").fetchall()
+
+    assert roles_after == roles_before

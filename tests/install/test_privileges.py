@@ -1,0 +1,213 @@
+"""Least privilege: nothing for PUBLIC; producer, worker and admin levels handed out by jobq.grant_*."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import pgjobq
+
+from helpers.sqlhelpers import Db, scalar
+
+LoginRole = Callable[..., tuple[str, psycopg.Connection[Any]]]
+
+# Every way into jobq a role might try, each run in a transaction that is
+# rolled back, so one attempt never changes what the next one sees.
+# {held_id} and {held_lease} name a running job, {other_role} a role to grant to.
+ATTEMPTS: dict[str, str] = {
+    "enqueue": "SELECT jobq.enqueue('emails', '{{}}')",
+    "enqueue_many": "SELECT jobq.enqueue_many('emails', ARRAY['{{}}']::jsonb[])",
+    "claim": "SELECT * FROM jobq.claim('emails', 1, 'w1')",
+    "complete": "SELECT jobq.complete({held_id}, {held_lease})",
+    "complete_many": "SELECT jobq.complete_many(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[])",
+    "fail": "SELECT jobq.fail({held_id}, 'boom', {held_lease})",
+    "heartbeat": "SELECT jobq.heartbeat({held_id}, {held_lease})",
+    "heartbeat_many": "SELECT jobq.heartbeat_many(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[])",
+    "release": "SELECT jobq.release({held_id}, {held_lease})",
+    "complete_and_claim": (
+        "SELECT * FROM jobq.complete_and_claim(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[],"
+        " 'emails', 1, 'w1')"
+    ),
+    "channel": "SELECT jobq.channel('emails')",
+    "reap": "SELECT * FROM jobq.reap()",
+    "retry_failed": "SELECT jobq.retry_failed()",
+    "stats": "SELECT * FROM jobq.stats()",
+    "purge": "SELECT jobq.purge('1 day')",
+    "health": "SELECT * FROM jobq.health",
+    "grant_producer": "SELECT jobq.grant_producer({other_role})",
+    "grant_worker": "SELECT jobq.grant_worker({other_role})",
+    "grant_admin": "SELECT jobq.grant_admin({other_role})",
+    "revoke_all": "SELECT jobq.revoke_all({other_role})",
+    "internal function": "SELECT jobq._backoff(1)",
+    "table SELECT": "SELECT count(*) FROM jobq.jobs",
+    "table INSERT": "INSERT INTO jobq.jobs (queue, payload) VALUES ('emails', '{{}}')",
+    "table UPDATE": "UPDATE jobq.jobs SET priority = 1",
+    "table DELETE": "DELETE FROM jobq.jobs",
+    "sequence": "SELECT nextval('jobq.jobs_id_seq')",
+}
+
+PRODUCER = {"enqueue", "enqueue_many", "channel"}
+WORKER = {
+    *("claim", "complete", "complete_many", "complete_and_claim"),
+    *("fail", "heartbeat", "heartbeat_many", "release", "channel"),
+}
+ADMIN = set(ATTEMPTS) - {"grant_producer", "grant_worker", "grant_admin", "revoke_all"}
+
+LEVELS: dict[str, set[str]] = {"none": set(), "producer": PRODUCER, "worker": WORKER, "admin": ADMIN}
+
+
+@pytest.fixture
+def login_role(db: Db, dsn: str) -> Iterator[LoginRole]:
+    """Creates login roles (optionally given a level) and connects as them; drops them afterwards."""
+    created: list[str] = []
+    opened: list[psycopg.Connection[Any]] = []
+
+    def create(level: str | None = None, *, autocommit: bool = True) -> tuple[str, psycopg.Connection[Any]]:
+        role = f"jobq_{level or 'role'}_{uuid.uuid4().hex[:8]}"
+        db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        created.append(role)
+        if level is not None and level != "none":
+            db.execute(sql.SQL("SELECT jobq.{}(%s)").format(sql.Identifier(f"grant_{level}")), (role,))
+        conn = psycopg.connect(dsn, user=role, autocommit=autocommit)
+        opened.append(conn)
+        return role, conn
+
+    yield create
+    for conn in opened:
+        conn.close()
+    for role in created:
+        db.execute(sql.SQL("DROP OWNED BY {0}; DROP ROLE {0}").format(sql.Identifier(role)))
+
+
+def outcomes(conn: psycopg.Connection[Any], values: dict[str, Any]) -> dict[str, str]:
+    """Tries every entry of ATTEMPTS as conn's role: 'allowed', or 'denied' on SQLSTATE 42501."""
+    seen = {}
+    for name, template in ATTEMPTS.items():
+        try:
+            conn.execute(template.format(**values))
+            seen[name] = "allowed"
+        except psycopg.errors.InsufficientPrivilege:
+            seen[name] = "denied"
+        finally:
+            conn.rollback()
+    return seen
+
+
+def test_no_function_is_executable_by_public(db: Db) -> None:
+    rows = db.execute(
+        """
+        SELECT p.oid::regprocedure::text AS function,
+               p.proacl IS NULL  -- NULL means the default: EXECUTE for PUBLIC
+               OR has_function_privilege('public', p.oid, 'EXECUTE')
+               OR EXISTS (SELECT FROM aclexplode(p.proacl) AS a WHERE a.grantee = 0) AS public_can_execute
+          FROM pg_proc AS p WHERE p.pronamespace = 'jobq'::regnamespace
+        """
+    ).fetchall()
+
+    assert len(rows) > 10
+    assert [row["function"] for row in rows if row["public_can_execute"]] == []
+
+
+def test_public_has_no_privilege_on_the_schema_the_table_or_the_sequence(db: Db) -> None:
+    row = db.execute(
+        """
+        SELECT has_schema_privilege('public', 'jobq', 'USAGE, CREATE') AS schema,
+               has_table_privilege('public', 'jobq.jobs',
+                                   'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER') AS table,
+               has_sequence_privilege('public', 'jobq.jobs_id_seq', 'USAGE, SELECT, UPDATE') AS sequence
+        """
+    ).fetchone()
+
+    assert row == {"schema": False, "table": False, "sequence": False}
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_each_level_reaches_exactly_its_functions_and_tables(
+    level: str, db: Db, login_role: LoginRole
+) -> None:
+    db.execute("SELECT jobq.enqueue_many('emails', array_fill('{}'::jsonb, ARRAY[3]))")
+    held = db.execute("SELECT id, lease FROM jobq.claim('emails', 1, 'setup')").fetchone()
+    assert held is not None
+    other_role, _ = login_role()
+    _, conn = login_role(level, autocommit=False)
+
+    seen = outcomes(
+        conn, {"held_id": held["id"], "held_lease": held["lease"], "other_role": f"'{other_role}'"}
+    )
+
+    expected = {name: "allowed" if name in LEVELS[level] else "denied" for name in ATTEMPTS}
+    assert seen == expected
+
+
+def test_levels_combine_a_role_can_produce_and_work(db: Db, login_role: LoginRole) -> None:
+    role, conn = login_role("producer")
+    db.execute("SELECT jobq.grant_worker(%s)", (role,))
+
+    job_id = pgjobq.enqueue(conn, "emails", {"to": "ada"})
+    (job,) = pgjobq.claim(conn, "emails", 1, "w1")
+    pgjobq.complete(conn, job.id, job.lease)
+
+    assert scalar(db, "SELECT status FROM jobq.jobs WHERE id = %s", (job_id,)) == "done"
+
+
+def test_revoke_all_takes_every_level_back(db: Db, login_role: LoginRole) -> None:
+    role, conn = login_role("admin")
+    db.execute("SELECT jobq.grant_producer(%s), jobq.grant_worker(%s)", (role, role))
+
+    db.execute("SELECT jobq.revoke_all(%s)", (role,))
+
+    acl_entries = scalar(
+        db,
+        """
+        SELECT count(*) FROM (
+            SELECT (aclexplode(proacl)).grantee FROM pg_proc WHERE pronamespace = 'jobq'::regnamespace
+            UNION ALL
+            SELECT (aclexplode(relacl)).grantee FROM pg_class WHERE relnamespace = 'jobq'::regnamespace
+            UNION ALL
+            SELECT (aclexplode(nspacl)).grantee FROM pg_namespace WHERE nspname = 'jobq'
+        ) AS acl WHERE grantee = %s::regrole
+        """,
+        (role,),
+    )
+    assert acl_entries == 0
+    with pytest.raises(pgjobq.PermissionDenied):
+        pgjobq.enqueue(conn, "emails", {})
+
+
+def test_the_python_client_maps_a_missing_level_to_permission_denied(login_role: LoginRole) -> None:
+    _, producer = login_role("producer")
+
+    with pytest.raises(pgjobq.PermissionDenied):
+        pgjobq.claim(producer, "emails", 1, "sneaky")
+
+
+def test_granting_to_an_unknown_role_or_to_public_is_refused(db: Db) -> None:
+    for role in ("no_such_role_anywhere", "public"):
+        with pytest.raises(psycopg.errors.UndefinedObject, match="does not exist"):
+            db.execute("SELECT jobq.grant_producer(%s)", (role,))
+
+
+def test_granting_to_null_is_refused_naming_the_role(db: Db) -> None:
+    with pytest.raises(psycopg.errors.NullValueNotAllowed, match="role must not be NULL"):
+        db.execute("SELECT jobq.grant_worker(NULL)")
+
+
+def test_a_role_holding_execute_on_a_helper_still_cannot_hand_out_levels(
+    db: Db, login_role: LoginRole
+) -> None:
+    role, conn = login_role("admin")
+    other_role, _ = login_role()
+    db.execute(
+        sql.SQL(
+            "GRANT EXECUTE ON FUNCTION jobq.grant_admin(regrole),"
+            " jobq._grant_level(regrole, text), jobq._grantee(regrole) TO {}"
+        ).format(sql.Identifier(role))
+    )
+
+    with pytest.raises(psycopg.errors.InsufficientPrivilege, match="grant or revoke pgjobq privileges"):
+        conn.execute("SELECT jobq.grant_admin(%s)", (other_role,))

@@ -1,0 +1,883 @@
+"""Bad arguments to every function of the SQL API: the SQLSTATE, a message naming the argument, no change.
+
+The cases run against one database per module, cloned from the session's template and seeded with jobs in
+every state: queued, delayed, waiting for a retry, running under a live lease, running under a day-old lease
+that took over from an earlier one, done and failed.  So "nothing changed" means something: after each
+refused call every column of every row of jobq.jobs, and the id sequence, are as before, and a connection
+listening on the channels of the queues involved heard nothing.  Each call runs in autocommit, its own
+transaction, because a notification is only delivered at commit.
+
+The same table runs again under a hostile search_path, against a second database whose public schema holds
+look-alikes of the functions and operators that jobq's checks use.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from typing import Any, NamedTuple
+
+import psycopg
+import pytest
+from psycopg.pq import TransactionStatus
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from pytest_postgresql.executors import NoopExecutor
+from pytest_postgresql.janitor import DatabaseJanitor
+
+from helpers.sqlhelpers import (
+    Connect,
+    Db,
+    claim_one,
+    enqueue,
+    jobs_snapshot,
+    listen_to_queues,
+    make_runnable,
+    make_stale,
+    notifications_before_marker,
+    queued_rows_unlocked,
+    record_notices,
+)
+from throwaway_pg import ThrowawayPostgres
+
+# ---------------------------------------------------------------------------------------------------------
+# The seeded jobs, and references to them that a case resolves when it runs (no case depends on an id)
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Ref(NamedTuple):
+    """The id or lease (plus offset) of the seeded job whose payload is {"seed": seed}."""
+
+    seed: str
+    column: str
+    offset: int = 0
+
+
+def id_of(seed: str) -> Ref:
+    return Ref(seed, "id")
+
+
+def lease_of(seed: str, offset: int = 0) -> Ref:
+    return Ref(seed, "lease", offset)
+
+
+def resolve(conn: Db, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """params with every Ref replaced by its value; None for no parameters."""
+    resolved = []
+    for param in params:
+        if isinstance(param, Ref):
+            row = conn.execute(
+                "SELECT id, lease FROM jobq.jobs WHERE payload ->> 'seed' = %s", (param.seed,)
+            ).fetchone()
+            assert row is not None, f"no seeded job {param.seed!r}"
+            param = row[param.column] + param.offset
+        resolved.append(param)
+    return tuple(resolved) or None
+
+
+def seed_jobs(conn: Db) -> None:
+    """Jobs in every state, each tagged {"seed": <name>}; each claimed job is claimed as soon as enqueued."""
+
+    def claim_new(name: str, **options: Any) -> dict[str, Any]:
+        job_id = enqueue(conn, "default", {"seed": name}, **options)
+        claimed = claim_one(conn, "default", "seed-worker")
+        assert claimed["id"] == job_id
+        return claimed
+
+    done = claim_new("done")
+    conn.execute("SELECT jobq.complete(%s, %s)", (done["id"], done["lease"]))
+    failed = claim_new("failed", max_attempts=1)
+    conn.execute("SELECT jobq.fail(%s, 'boom', %s)", (failed["id"], failed["lease"]))
+    # running under its second lease, the first lost to a failure; the second one a day old
+    taken_over = claim_new("running_stale")
+    conn.execute("SELECT jobq.fail(%s, 'first attempt', %s)", (taken_over["id"], taken_over["lease"]))
+    make_runnable(conn, taken_over["id"])
+    assert claim_one(conn, "default", "seed-worker")["id"] == taken_over["id"]
+    make_stale(conn, taken_over["id"], "1 day")
+    # queued again after a failure, its retry an hour away
+    retrying = claim_new("retrying")
+    conn.execute("SELECT jobq.fail(%s, 'try again', %s)", (retrying["id"], retrying["lease"]))
+    conn.execute("UPDATE jobq.jobs SET run_at = now() + interval '1 hour' WHERE id = %s", (retrying["id"],))
+    claim_new("running")
+    for n in (1, 2, 3):
+        enqueue(conn, "default", {"seed": f"queued_{n}"})
+    enqueue(conn, "default", {"seed": "urgent"}, priority=10)
+    enqueue(conn, "default", {"seed": "delayed"}, run_at=datetime.now(timezone.utc) + timedelta(hours=1))
+    enqueue(conn, "emails", {"seed": "emails_1"})
+    enqueue(conn, "emails", {"seed": "emails_2"})
+
+    states = conn.execute("SELECT payload ->> 'seed', status, lease FROM jobq.jobs ORDER BY id").fetchall()
+    assert [tuple(state.values()) for state in states] == [
+        ("done", "done", 1),
+        ("failed", "failed", 1),
+        ("running_stale", "running", 2),
+        ("retrying", "queued", 1),
+        ("running", "running", 1),
+        ("queued_1", "queued", 0),
+        ("queued_2", "queued", 0),
+        ("queued_3", "queued", 0),
+        ("urgent", "queued", 0),
+        ("delayed", "queued", 0),
+        ("emails_1", "queued", 0),
+        ("emails_2", "queued", 0),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The cases
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Case(NamedTuple):
+    query: str
+    params: tuple[Any, ...]
+    sqlstate: str
+    argument: str
+
+
+def case(case_id: str, query: str, sqlstate: str, argument: str, *params: Any) -> Any:
+    return pytest.param(Case(query, params, sqlstate, argument), id=case_id)
+
+
+UNKNOWN_ID = 2**62
+OVER_1_MIB = Jsonb({"data": "x" * (1024 * 1024 + 1)})
+IN_11_YEARS = datetime.now(timezone.utc) + timedelta(days=11 * 366)
+AGO_11_YEARS = datetime.now(timezone.utc) - timedelta(days=11 * 366)
+
+BAD_QUEUE_NAMES = {
+    "empty": "",
+    "upper-case": "Emails",
+    "59-character": "q" * 59,
+    "space": "my queue",
+    "leading-space": " default",
+    "trailing-newline": "default\n",
+    "dash": "my-queue",
+    "dot": "my.queue",
+    "non-ascii": "café",
+    "quote": "o'clock",
+    "semicolon": "a;b",
+    "quote-injection": "x'; DROP TABLE jobq.jobs; --",
+    "double-quote": 'a"b',
+    "notify-injection": "default; NOTIFY jobq_default",
+}
+# Where a bad call could notify: the seeded queues and every name tried.
+QUEUES_HEARD = ["default", "emails", *BAD_QUEUE_NAMES.values()]
+
+ENQUEUE_CASES = [
+    # -- queue
+    case("enqueue-null-queue", "SELECT jobq.enqueue(NULL, '{}')", "22004", "queue"),
+    *[
+        case(f"enqueue-{name}-queue", "SELECT jobq.enqueue(%s, '{}')", "22023", "queue", queue)
+        for name, queue in BAD_QUEUE_NAMES.items()
+    ],
+    # -- payload (un-storable payloads: test_a_payload_postgresql_cannot_parse_...)
+    case("enqueue-null-payload", "SELECT jobq.enqueue('default', NULL)", "22004", "payload"),
+    case("enqueue-array-payload", "SELECT jobq.enqueue('default', '[1, 2]')", "22023", "payload"),
+    case("enqueue-string-payload", "SELECT jobq.enqueue('default', '\"text\"')", "22023", "payload"),
+    case("enqueue-number-payload", "SELECT jobq.enqueue('default', '42')", "22023", "payload"),
+    case("enqueue-boolean-payload", "SELECT jobq.enqueue('default', 'true')", "22023", "payload"),
+    case("enqueue-json-null-payload", "SELECT jobq.enqueue('default', 'null')", "22023", "payload"),
+    case("enqueue-payload-over-1-mib", "SELECT jobq.enqueue('default', %s)", "54000", "payload", OVER_1_MIB),
+    # -- priority, run_at, max_attempts
+    case(
+        "enqueue-priority-32768",
+        "SELECT jobq.enqueue('default', '{}', priority => 32768)",
+        "22023",
+        "priority",
+    ),
+    case(
+        "enqueue-priority-minus-32769",
+        "SELECT jobq.enqueue('default', '{}', priority => -32769)",
+        "22023",
+        "priority",
+    ),
+    case(
+        "enqueue-priority-40000",
+        "SELECT jobq.enqueue('default', '{}', priority => 40000)",
+        "22023",
+        "priority",
+    ),
+    case(
+        "enqueue-priority-minus-40000",
+        "SELECT jobq.enqueue('default', '{}', priority => -40000)",
+        "22023",
+        "priority",
+    ),
+    case(
+        "enqueue-null-priority", "SELECT jobq.enqueue('default', '{}', priority => NULL)", "22004", "priority"
+    ),
+    case(
+        "enqueue-run-at-infinity",
+        "SELECT jobq.enqueue('default', '{}', run_at => 'infinity')",
+        "22023",
+        "run_at",
+    ),
+    case(
+        "enqueue-run-at-minus-infinity",
+        "SELECT jobq.enqueue('default', '{}', run_at => '-infinity')",
+        "22023",
+        "run_at",
+    ),
+    case(
+        "enqueue-run-at-in-11-years",
+        "SELECT jobq.enqueue('default', '{}', run_at => %s)",
+        "22023",
+        "run_at",
+        IN_11_YEARS,
+    ),
+    case(
+        "enqueue-run-at-11-years-ago",
+        "SELECT jobq.enqueue('default', '{}', run_at => %s)",
+        "22023",
+        "run_at",
+        AGO_11_YEARS,
+    ),
+    case("enqueue-null-run-at", "SELECT jobq.enqueue('default', '{}', run_at => NULL)", "22004", "run_at"),
+    case(
+        "enqueue-max-attempts-0",
+        "SELECT jobq.enqueue('default', '{}', max_attempts => 0)",
+        "22023",
+        "max_attempts",
+    ),
+    case(
+        "enqueue-max-attempts-minus-1",
+        "SELECT jobq.enqueue('default', '{}', max_attempts => -1)",
+        "22023",
+        "max_attempts",
+    ),
+    case(
+        "enqueue-max-attempts-1001",
+        "SELECT jobq.enqueue('default', '{}', max_attempts => 1001)",
+        "22023",
+        "max_attempts",
+    ),
+    case(
+        "enqueue-max-attempts-2147483647",
+        "SELECT jobq.enqueue('default', '{}', max_attempts => 2147483647)",
+        "22023",
+        "max_attempts",
+    ),
+    case(
+        "enqueue-null-max-attempts",
+        "SELECT jobq.enqueue('default', '{}', max_attempts => NULL)",
+        "22004",
+        "max_attempts",
+    ),
+]
+
+ENQUEUE_MANY_CASES = [
+    case("enqueue-many-null-queue", "SELECT jobq.enqueue_many(NULL, ARRAY['{}']::jsonb[])", "22004", "queue"),
+    case(
+        "enqueue-many-upper-case-queue",
+        "SELECT jobq.enqueue_many('No', ARRAY['{}']::jsonb[])",
+        "22023",
+        "queue",
+    ),
+    case(
+        "enqueue-many-quote-injection-queue",
+        "SELECT jobq.enqueue_many(%s, ARRAY['{}']::jsonb[])",
+        "22023",
+        "queue",
+        BAD_QUEUE_NAMES["quote-injection"],
+    ),
+    case("enqueue-many-null-payloads", "SELECT jobq.enqueue_many('default', NULL)", "22004", "payloads"),
+    case(
+        "enqueue-many-two-dimensional-payloads",
+        "SELECT jobq.enqueue_many('default', ARRAY[['{}', '{}'], ['{}', '{}']]::jsonb[])",
+        "22023",
+        "payloads",
+    ),
+    case(
+        "enqueue-many-null-at-2",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}', NULL, '{}']::jsonb[])",
+        "22004",
+        "payloads[2]",
+    ),
+    case(
+        "enqueue-many-array-at-2",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}', '[1]', '{}']::jsonb[])",
+        "22023",
+        "payloads[2]",
+    ),
+    case(
+        "enqueue-many-over-1-mib-at-2",
+        "SELECT jobq.enqueue_many('default', %s)",
+        "54000",
+        "payloads[2]",
+        [Jsonb({}), OVER_1_MIB, Jsonb({})],
+    ),
+    case(
+        "enqueue-many-names-the-first-of-two-bad-elements",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}', '{}', '1', NULL]::jsonb[])",
+        "22023",
+        "payloads[3]",
+    ),
+    case(
+        "enqueue-many-bad-element-of-an-array-indexed-from-0",
+        'SELECT jobq.enqueue_many(\'default\', \'[0:2]={"{}","[1]","{}"}\'::jsonb[])',
+        "22023",
+        "payloads[1]",
+    ),
+    case(
+        "enqueue-many-priority-40000",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], priority => 40000)",
+        "22023",
+        "priority",
+    ),
+    case(
+        "enqueue-many-null-priority",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], priority => NULL)",
+        "22004",
+        "priority",
+    ),
+    case(
+        "enqueue-many-run-at-infinity",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], run_at => 'infinity')",
+        "22023",
+        "run_at",
+    ),
+    case(
+        "enqueue-many-max-attempts-0",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], max_attempts => 0)",
+        "22023",
+        "max_attempts",
+    ),
+]
+
+CLAIM_CASES = [
+    case("claim-null-queue", "SELECT * FROM jobq.claim(NULL, 1, 'w1')", "22004", "queue"),
+    case("claim-empty-queue", "SELECT * FROM jobq.claim('', 1, 'w1')", "22023", "queue"),
+    case("claim-upper-case-queue", "SELECT * FROM jobq.claim('Default', 1, 'w1')", "22023", "queue"),
+    case(
+        "claim-quote-injection-queue",
+        "SELECT * FROM jobq.claim(%s, 1, 'w1')",
+        "22023",
+        "queue",
+        BAD_QUEUE_NAMES["quote-injection"],
+    ),
+    case("claim-n-0", "SELECT * FROM jobq.claim('default', 0, 'w1')", "22023", "n"),
+    case("claim-n-minus-5", "SELECT * FROM jobq.claim('default', -5, 'w1')", "22023", "n"),
+    case("claim-n-1001-over-the-cap", "SELECT * FROM jobq.claim('default', 1001, 'w1')", "22023", "n"),
+    case("claim-n-2147483647", "SELECT * FROM jobq.claim('default', 2147483647, 'w1')", "22023", "n"),
+    case("claim-null-n", "SELECT * FROM jobq.claim('default', NULL, 'w1')", "22004", "n"),
+    case("claim-null-worker", "SELECT * FROM jobq.claim('default', 1, NULL)", "22004", "worker"),
+    case("claim-empty-worker", "SELECT * FROM jobq.claim('default', 1, '')", "22023", "worker"),
+    case(
+        "claim-201-character-worker",
+        "SELECT * FROM jobq.claim('default', 1, %s)",
+        "22023",
+        "worker",
+        "w" * 201,
+    ),
+    case(
+        "claim-100000-character-worker",
+        "SELECT * FROM jobq.claim('default', 1, %s)",
+        "22023",
+        "worker",
+        "w" * 100_000,
+    ),
+]
+
+# complete, heartbeat, release and fail take (id, lease) and refuse alike.
+LEASE_CALLS = {
+    "complete": "SELECT jobq.complete(%s, %s)",
+    "heartbeat": "SELECT jobq.heartbeat(%s, %s)",
+    "release": "SELECT jobq.release(%s, %s)",
+    "fail": "SELECT jobq.fail(%s, 'boom', %s)",
+}
+
+LEASE_CASES = [
+    *[
+        c
+        for call, query in LEASE_CALLS.items()
+        for c in (
+            case(f"{call}-null-id", query, "22004", "id", None, lease_of("running")),
+            case(f"{call}-null-lease", query, "22004", "lease", id_of("running"), None),
+            case(f"{call}-unknown-id", query, "JQ002", "id", UNKNOWN_ID, lease_of("running")),
+            case(f"{call}-never-claimed-job", query, "JQ001", "lease", id_of("queued_1"), 0),
+            case(
+                f"{call}-stale-lease",
+                query,
+                "JQ001",
+                "lease",
+                id_of("running_stale"),
+                lease_of("running_stale", -1),
+            ),
+        )
+    ],
+    *[
+        case(f"{call}-after-complete", LEASE_CALLS[call], "JQ001", "lease", id_of("done"), lease_of("done"))
+        for call in ("heartbeat", "release", "fail")
+    ],
+    case("complete-negative-id", LEASE_CALLS["complete"], "JQ002", "id", -1, 1),
+    case(
+        "complete-after-fail", LEASE_CALLS["complete"], "JQ001", "lease", id_of("failed"), lease_of("failed")
+    ),
+    case(
+        "complete-with-a-lease-not-yet-issued",
+        LEASE_CALLS["complete"],
+        "JQ001",
+        "lease",
+        id_of("running"),
+        lease_of("running", +1),
+    ),
+    case(
+        "fail-twice-on-the-last-attempt",
+        LEASE_CALLS["fail"],
+        "JQ001",
+        "lease",
+        id_of("failed"),
+        lease_of("failed"),
+    ),
+    case(
+        "fail-twice-with-attempts-left",
+        LEASE_CALLS["fail"],
+        "JQ001",
+        "lease",
+        id_of("retrying"),
+        lease_of("retrying"),
+    ),
+    case(
+        "fail-null-error",
+        "SELECT jobq.fail(%s, NULL, %s)",
+        "22004",
+        "error",
+        id_of("running"),
+        lease_of("running"),
+    ),
+]
+
+COMPLETE_MANY_CASES = [
+    case(
+        "complete-many-null-ids",
+        "SELECT jobq.complete_many(NULL, ARRAY[%s]::bigint[])",
+        "22004",
+        "ids",
+        lease_of("running"),
+    ),
+    case(
+        "complete-many-null-leases",
+        "SELECT jobq.complete_many(ARRAY[%s]::bigint[], NULL)",
+        "22004",
+        "leases",
+        id_of("running"),
+    ),
+    case(
+        "complete-many-lengths-differ",
+        "SELECT jobq.complete_many(ARRAY[%s]::bigint[], ARRAY[%s, 1]::bigint[])",
+        "22023",
+        "leases",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "complete-many-null-in-ids",
+        "SELECT jobq.complete_many(ARRAY[%s, NULL]::bigint[], ARRAY[%s, 1]::bigint[])",
+        "22023",
+        "ids",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "complete-many-null-in-leases",
+        "SELECT jobq.complete_many(ARRAY[%s, %s]::bigint[], ARRAY[%s, NULL]::bigint[])",
+        "22023",
+        "leases",
+        id_of("running"),
+        id_of("running_stale"),
+        lease_of("running"),
+    ),
+    case(
+        "complete-many-two-dimensional-arrays",
+        "SELECT jobq.complete_many(ARRAY[[%s, %s]]::bigint[], ARRAY[[%s, %s]]::bigint[])",
+        "22023",
+        "ids",
+        id_of("running"),
+        id_of("running_stale"),
+        lease_of("running"),
+        lease_of("running_stale"),
+    ),
+]
+
+OPERATING_CASES = [
+    case("reap-null-stale", "SELECT * FROM jobq.reap(NULL)", "22004", "stale"),
+    case("reap-zero-stale", "SELECT * FROM jobq.reap('0 s')", "22023", "stale"),
+    case("reap-negative-stale", "SELECT * FROM jobq.reap('-1 min')", "22023", "stale"),
+    case("reap-month-minus-30-days-stale", "SELECT * FROM jobq.reap('1 month -30 days')", "22023", "stale"),
+    case(
+        "reap-10000-year-stale",
+        "SELECT * FROM jobq.reap('10000 years')",
+        "22023",
+        "stale",
+    ),
+    *[
+        case(
+            f"retry-failed-{name}-queue",
+            "SELECT jobq.retry_failed(%s)",
+            "22023",
+            "queue",
+            BAD_QUEUE_NAMES[name],
+        )
+        for name in ("empty", "upper-case", "59-character", "quote-injection")
+    ],
+    case("retry-failed-sentence-as-queue", "SELECT jobq.retry_failed('Not a queue')", "22023", "queue"),
+    case("channel-null-queue", "SELECT jobq.channel(NULL)", "22004", "queue"),
+    case(
+        "channel-double-quote-queue",
+        "SELECT jobq.channel(%s)",
+        "22023",
+        "queue",
+        BAD_QUEUE_NAMES["double-quote"],
+    ),
+    case(
+        "channel-notify-injection-queue",
+        "SELECT jobq.channel(%s)",
+        "22023",
+        "queue",
+        BAD_QUEUE_NAMES["notify-injection"],
+    ),
+]
+
+CASES = [
+    *ENQUEUE_CASES,
+    *ENQUEUE_MANY_CASES,
+    *CLAIM_CASES,
+    *LEASE_CASES,
+    *COMPLETE_MANY_CASES,
+    *OPERATING_CASES,
+]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The databases
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Seeded(NamedTuple):
+    dsn: str
+    caller: Db  # makes the bad calls
+    observer: Db  # snapshots, markers, lookups; search_path pg_catalog, pg_temp
+    listener: psycopg.Connection[Any]  # LISTENs on QUEUES_HEARD
+    notices: list[str]  # every notice the caller received
+
+
+# Look-alikes of what jobq's checks call, each answering so that a bad argument would pass, and each
+# announcing itself with a notice (a notice is sent at once: the rollback of the failed call keeps it).
+LOOKALIKES = """
+CREATE FUNCTION public.now() RETURNS timestamptz LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: now()'; RETURN 'epoch'; END $$;
+CREATE FUNCTION public.statement_timestamp() RETURNS timestamptz LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: statement_timestamp()'; RETURN 'epoch'; END $$;
+CREATE FUNCTION public.isfinite(timestamptz) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: isfinite()'; RETURN true; END $$;
+CREATE FUNCTION public.jsonb_typeof(jsonb) RETURNS text LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: jsonb_typeof()'; RETURN 'object'; END $$;
+-- a closer match than pg_catalog.pg_column_size("any"), wherever public is on the path
+CREATE FUNCTION public.pg_column_size(jsonb) RETURNS integer LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: pg_column_size()'; RETURN 1; END $$;
+CREATE FUNCTION public.length(text) RETURNS integer LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: length()'; RETURN 5; END $$;
+CREATE FUNCTION public.cardinality(anyarray) RETURNS integer LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: cardinality()'; RETURN 1; END $$;
+CREATE FUNCTION public.array_ndims(anyarray) RETURNS integer LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: array_ndims()'; RETURN 1; END $$;
+CREATE FUNCTION public.array_position(anyarray, anyelement) RETURNS integer LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: array_position()'; RETURN NULL; END $$;
+CREATE FUNCTION public.quote_literal(text) RETURNS text LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: quote_literal()'; RETURN 'hijacked'; END $$;
+CREATE FUNCTION public.pg_notify(text, text) RETURNS void LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: pg_notify()'; END $$;
+
+CREATE FUNCTION public.lookalike_text_not_match(text, text) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: text !~ text'; RETURN false; END $$;
+CREATE OPERATOR public.!~ (LEFTARG = text, RIGHTARG = text, FUNCTION = public.lookalike_text_not_match);
+CREATE FUNCTION public.lookalike_text_ne(text, text) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: text <> text'; RETURN false; END $$;
+CREATE OPERATOR public.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = public.lookalike_text_ne);
+CREATE FUNCTION public.lookalike_text_eq(text, text) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: text = text'; RETURN true; END $$;
+CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.lookalike_text_eq);
+CREATE FUNCTION public.lookalike_int_lt(integer, integer) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: integer < integer'; RETURN false; END $$;
+CREATE OPERATOR public.< (LEFTARG = integer, RIGHTARG = integer, FUNCTION = public.lookalike_int_lt);
+CREATE FUNCTION public.lookalike_int_gt(integer, integer) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: integer > integer'; RETURN false; END $$;
+CREATE OPERATOR public.> (LEFTARG = integer, RIGHTARG = integer, FUNCTION = public.lookalike_int_gt);
+CREATE FUNCTION public.lookalike_int_ne(integer, integer) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: integer <> integer'; RETURN false; END $$;
+CREATE OPERATOR public.<> (LEFTARG = integer, RIGHTARG = integer, FUNCTION = public.lookalike_int_ne);
+CREATE FUNCTION public.lookalike_bigint_eq(bigint, bigint) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: bigint = bigint'; RETURN true; END $$;
+CREATE OPERATOR public.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = public.lookalike_bigint_eq);
+CREATE FUNCTION public.lookalike_interval_le(interval, interval) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: interval <= interval'; RETURN false; END $$;
+CREATE OPERATOR public.<= (LEFTARG = interval, RIGHTARG = interval, FUNCTION = public.lookalike_interval_le);
+CREATE FUNCTION public.lookalike_timestamptz_gt(timestamptz, timestamptz) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: timestamptz > timestamptz'; RETURN false; END $$;
+CREATE OPERATOR public.> (LEFTARG = timestamptz, RIGHTARG = timestamptz,
+                          FUNCTION = public.lookalike_timestamptz_gt);
+CREATE FUNCTION public.lookalike_timestamptz_lt(timestamptz, timestamptz) RETURNS boolean LANGUAGE plpgsql
+    AS $$ BEGIN RAISE NOTICE 'hijacked: timestamptz < timestamptz'; RETURN false; END $$;
+CREATE OPERATOR public.< (LEFTARG = timestamptz, RIGHTARG = timestamptz,
+                          FUNCTION = public.lookalike_timestamptz_lt);
+"""
+
+# pg_catalog named after public: left off the path, it would be searched first and mask the look-alikes.
+HOSTILE_SEARCH_PATH = "SET search_path = public, pg_catalog, pg_temp"
+
+
+@contextmanager
+def seeded_database(
+    server: ThrowawayPostgres, template: NoopExecutor, dbname: str, *, hostile: bool
+) -> Iterator[Seeded]:
+    janitor = DatabaseJanitor(
+        user=server.user,
+        host=server.host,
+        port=server.port,
+        dbname=dbname,
+        template_dbname=template.template_dbname,
+    )
+    dsn = server.dsn(dbname)
+    with (
+        janitor,
+        psycopg.connect(
+            dsn, autocommit=True, row_factory=dict_row, options="-c search_path=pg_catalog,pg_temp"
+        ) as observer,
+        psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as caller,
+        psycopg.connect(dsn, autocommit=True) as listener,
+    ):
+        seed_jobs(observer)
+        if hostile:
+            observer.execute(LOOKALIKES)
+            caller.execute(HOSTILE_SEARCH_PATH)
+        listen_to_queues(listener, QUEUES_HEARD)
+        yield Seeded(dsn, caller, observer, listener, record_notices(caller))
+
+
+@pytest.fixture(scope="module")
+def seeded(pg_server: ThrowawayPostgres, jobq_template: NoopExecutor) -> Iterator[Seeded]:
+    """One database for the module, with jobs in every state."""
+    with seeded_database(pg_server, jobq_template, "pgjobq_bad_input", hostile=False) as database:
+        yield database
+
+
+@pytest.fixture(scope="module")
+def hostile(pg_server: ThrowawayPostgres, jobq_template: NoopExecutor) -> Iterator[Seeded]:
+    """Like seeded, with look-alikes in public and a caller whose search_path puts public first."""
+    with seeded_database(pg_server, jobq_template, "pgjobq_bad_input_hostile", hostile=True) as database:
+        yield database
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Refusal(NamedTuple):
+    sqlstate: str | None
+    message: str
+
+
+def refusal(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] | None) -> Refusal:
+    """The SQLSTATE and primary message of the error query raises; fails the test if it succeeds."""
+    with pytest.raises(psycopg.Error) as raised:
+        conn.execute(query, params)
+    return Refusal(raised.value.sqlstate, raised.value.diag.message_primary or "")
+
+
+def names(message: str, argument: str) -> bool:
+    """Whether message names argument as a word of its own ('id' is not named by 'ids')."""
+    return re.search(rf"(?<![\w\[]){re.escape(argument)}(?![\w\[])", message) is not None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tests
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", CASES)
+def test_a_bad_argument_is_refused_by_name_and_changes_nothing(seeded: Seeded, bad: Case) -> None:
+    params = resolve(seeded.observer, bad.params)
+    before = jobs_snapshot(seeded.observer)
+    notifications_before_marker(seeded.listener, seeded.observer)
+
+    refused = refusal(seeded.caller, bad.query, params)
+
+    assert (refused.sqlstate, names(refused.message, bad.argument)) == (bad.sqlstate, True), refused.message
+    assert jobs_snapshot(seeded.observer) == before
+    assert notifications_before_marker(seeded.listener, seeded.observer) == []
+
+
+@pytest.mark.parametrize("bad", CASES)
+def test_under_a_hostile_search_path_a_bad_argument_is_refused_the_same_way(
+    hostile: Seeded, bad: Case
+) -> None:
+    """search_path = public, pg_catalog, pg_temp, with look-alikes in public: the refusal is the one a clean
+    search_path gets, no look-alike runs, and nothing changes."""
+    params = resolve(hostile.observer, bad.params)
+    before = jobs_snapshot(hostile.observer)
+    notifications_before_marker(hostile.listener, hostile.observer)
+    hostile.notices.clear()
+
+    clean = refusal(hostile.observer, bad.query, params)
+    hijacked = refusal(hostile.caller, bad.query, params)
+
+    assert hijacked == clean
+    assert (clean.sqlstate, names(clean.message, bad.argument)) == (bad.sqlstate, True), clean.message
+    assert hostile.notices == []
+    assert jobs_snapshot(hostile.observer) == before
+    assert notifications_before_marker(hostile.listener, hostile.observer) == []
+
+
+def test_the_look_alikes_do_run_for_a_caller_on_the_hostile_search_path(hostile: Seeded) -> None:
+    hostile.notices.clear()
+
+    row = hostile.caller.execute(
+        "SELECT now() = 'epoch' AS clock_faked, 'Emails'::text !~ '^[a-z]+$'::text AS match_faked,"
+        " jsonb_typeof('[1]'::jsonb) AS typeof_faked"
+    ).fetchone()
+
+    assert row == {"clock_faked": True, "match_faked": False, "typeof_faked": "object"}
+    assert sorted(hostile.notices) == [
+        "hijacked: jsonb_typeof()",
+        "hijacked: now()",
+        "hijacked: text !~ text",
+    ]
+
+
+@pytest.mark.parametrize("bad", CLAIM_CASES)
+def test_a_refused_claim_leaves_every_queued_job_unlocked_while_its_transaction_is_open(
+    seeded: Seeded, bad: Case
+) -> None:
+    queued, unlocked = queued_rows_unlocked(seeded.observer)
+    assert queued == unlocked > 0
+
+    with psycopg.connect(seeded.dsn) as claimer:
+        refused = refusal(claimer, bad.query, resolve(seeded.observer, bad.params))
+        assert (refused.sqlstate, claimer.info.transaction_status) == (
+            bad.sqlstate,
+            TransactionStatus.INERROR,
+        )
+
+        assert queued_rows_unlocked(seeded.observer) == (queued, queued)
+        claimer.rollback()
+
+
+def test_the_lock_check_sees_the_job_an_open_claim_holds(seeded: Seeded) -> None:
+    before = jobs_snapshot(seeded.observer)
+    queued, _ = queued_rows_unlocked(seeded.observer)
+
+    with psycopg.connect(seeded.dsn) as claimer:
+        claimed = claimer.execute("SELECT id FROM jobq.claim('default', 1, 'probe')").fetchall()
+
+        assert (len(claimed), queued_rows_unlocked(seeded.observer)) == (1, (queued, queued - 1))
+        claimer.rollback()
+    assert jobs_snapshot(seeded.observer) == before
+
+
+def test_the_notification_check_hears_a_committed_enqueue(db: Db, connect: Connect) -> None:
+    listener = connect()
+    listen_to_queues(listener, ["default"])
+
+    enqueue(db)
+
+    assert notifications_before_marker(listener, db) == [("jobq_default", "")]
+
+
+def test_a_repeated_complete_with_the_same_lease_is_accepted_and_changes_nothing(seeded: Seeded) -> None:
+    params = resolve(seeded.observer, (id_of("done"), lease_of("done")))
+    before = jobs_snapshot(seeded.observer)
+    notifications_before_marker(seeded.listener, seeded.observer)
+
+    seeded.caller.execute("SELECT jobq.complete(%s, %s)", params)
+
+    assert jobs_snapshot(seeded.observer) == before
+    assert notifications_before_marker(seeded.listener, seeded.observer) == []
+
+
+@pytest.mark.parametrize(
+    ("query", "payload", "sqlstate", "message", "detail"),
+    [
+        pytest.param(
+            "SELECT jobq.enqueue('default', %s)",
+            Jsonb({"text": "a\x00b"}),
+            "22P05",
+            "unsupported Unicode escape sequence",
+            "\\u0000 cannot be converted to text.",
+            id="enqueue-payload-with-a-nul-character",
+        ),
+        pytest.param(
+            "SELECT jobq.enqueue('default', %s)",
+            Jsonb({"ratio": float("nan")}),
+            "22P02",
+            "invalid input syntax for type json",
+            'Token "NaN" is invalid.',
+            id="enqueue-payload-with-nan",
+        ),
+        pytest.param(
+            "SELECT jobq.enqueue('default', %s)",
+            Jsonb({"ratio": float("inf")}),
+            "22P02",
+            "invalid input syntax for type json",
+            'Token "Infinity" is invalid.',
+            id="enqueue-payload-with-infinity",
+        ),
+        pytest.param(
+            "SELECT jobq.enqueue_many('default', %s)",
+            [Jsonb({}), Jsonb({"text": "\x00"})],
+            "22P05",
+            "unsupported Unicode escape sequence",
+            "\\u0000 cannot be converted to text.",
+            id="enqueue-many-payload-with-a-nul-character",
+        ),
+    ],
+)
+def test_a_payload_postgresql_cannot_parse_as_jsonb_is_refused_by_postgresql_and_changes_nothing(
+    seeded: Seeded, query: str, payload: Any, sqlstate: str, message: str, detail: str
+) -> None:
+    """\\u0000 and NaN (or Infinity) have no jsonb form: PostgreSQL refuses the parameter while parsing it,
+    before jobq's function runs.  So the SQLSTATE and message are PostgreSQL's own (22P05, 22P02), and the
+    message cannot name jobq's argument; nothing changes all the same."""
+    before = jobs_snapshot(seeded.observer)
+    notifications_before_marker(seeded.listener, seeded.observer)
+
+    with pytest.raises(psycopg.Error) as raised:
+        seeded.caller.execute(query, (payload,))
+
+    diag = raised.value.diag
+    assert (raised.value.sqlstate, diag.message_primary, diag.message_detail) == (sqlstate, message, detail)
+    assert jobs_snapshot(seeded.observer) == before
+    assert notifications_before_marker(seeded.listener, seeded.observer) == []
+
+
+@pytest.mark.parametrize(
+    ("error", "max_attempts", "status"),
+    [
+        pytest.param("x" * 10_000_000, 3, "queued", id="ascii-with-attempts-left"),
+        pytest.param("é" * 5_000_000, 1, "failed", id="two-byte-characters-on-the-last-attempt"),
+    ],
+)
+def test_a_10_mb_error_is_accepted_stored_cut_to_2000_characters_and_the_job_leaves_running(
+    db: Db, error: str, max_attempts: int, status: str
+) -> None:
+    assert len(error.encode()) == 10_000_000
+    job_id = enqueue(db, max_attempts=max_attempts)
+    lease = claim_one(db)["lease"]
+
+    db.execute("SELECT jobq.fail(%s, %s, %s)", (job_id, error, lease))
+
+    row = db.execute(
+        "SELECT status, length(last_error) AS characters, last_error = %s AS starts_the_error"
+        " FROM jobq.jobs WHERE id = %s",
+        (error[:2000], job_id),
+    ).fetchone()
+    assert row == {"status": status, "characters": 2000, "starts_the_error": True}
+
+
+def test_the_argument_matcher_tells_an_argument_from_a_longer_word() -> None:
+    assert names("id must not be NULL", "id")
+    assert not names("ids must not be NULL", "id")
+    assert names("payloads[2] must not be NULL", "payloads[2]")
+    assert not names("payloads[2] must not be NULL", "payloads")
