@@ -1,5 +1,6 @@
 # pgjobq: PGXS for the extension, plus the project's own targets.
 #
+#   make build     build the install script of the current version from sql/src
 #   make install   install the extension into PostgreSQL (PG_CONFIG=... to choose)
 #   make test      install what is missing, lint, then run the whole test suite
 #   make demo      a throwaway PostgreSQL, 1,000 jobs, 4 workers, a live view
@@ -10,7 +11,14 @@
 
 EXTENSION  = pgjobq
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
-DATA       = $(wildcard sql/$(EXTENSION)--*.sql)
+
+# The install script of the current version is built from sql/src/ (one file
+# per concern, concatenated in name order) and is not committed; the released
+# versions and the upgrade steps between them stay, unchanged, in sql/updates/.
+SOURCES    = $(sort $(wildcard sql/src/*.sql))
+SCRIPT     = sql/$(EXTENSION)--$(EXTVERSION).sql
+DATA_built = $(SCRIPT)
+DATA       = $(wildcard sql/updates/$(EXTENSION)--*.sql)
 
 # Concurrency proofs: `make installcheck` runs every spec in
 # tests/isolation/specs with pg_isolation_regress against the server that
@@ -35,7 +43,15 @@ VENV_PYTHON ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 
-.PHONY: deps venv test demo lint chaos bench bench-quick bench-profile
+.PHONY: build deps venv test demo lint chaos bench bench-quick bench-profile
+
+build: $(SCRIPT)
+
+$(SCRIPT): $(SOURCES) $(EXTENSION).control
+	@{ printf '/* %s: pgjobq %s, the job queue in schema jobq.\n * Built by make from sql/src/: edit those files, not this one. */\n' \
+	      '$@' '$(EXTVERSION)'; \
+	   for source in $(SOURCES); do printf '\n-- %s\n\n' "$$source"; cat "$$source"; done; } > $@.tmp
+	@mv $@.tmp $@
 
 deps:
 	@tools/ensure-deps

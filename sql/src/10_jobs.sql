@@ -1,0 +1,94 @@
+----------------------------------------------------------------------------
+-- The jobs table: one row per job, its id sequence and its two indexes
+----------------------------------------------------------------------------
+
+-- A lease belongs to its job: claim stores when it expires (lease_expires_at,
+-- locked_at + the lease's length), heartbeats move both forward by that same
+-- length, and jobq.reap recovers exactly the jobs whose lease expired.
+
+CREATE SEQUENCE jobq.jobs_id_seq AS bigint;
+
+CREATE TABLE jobq.jobs (
+    id           bigint      NOT NULL
+                 DEFAULT pg_catalog.nextval('jobq.jobs_id_seq'::pg_catalog.regclass),
+    queue        text        NOT NULL,
+    payload      jsonb       NOT NULL,
+    status       text        NOT NULL DEFAULT 'queued',
+    priority     integer     NOT NULL DEFAULT 0,
+    run_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    attempts     integer     NOT NULL DEFAULT 0,
+    max_attempts integer     NOT NULL DEFAULT 3,
+    lease        bigint      NOT NULL DEFAULT 0,
+    locked_by    text,
+    locked_at    timestamptz,
+    last_error   text,
+    created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    finished_at  timestamptz,
+    lease_expires_at timestamptz,
+    CONSTRAINT jobs_pkey PRIMARY KEY (id),
+    CONSTRAINT jobs_queue_check
+        CHECK (queue OPERATOR(pg_catalog.~) '^[a-z0-9_]{1,58}$'),
+    CONSTRAINT jobs_status_check
+        CHECK (status OPERATOR(pg_catalog.=) ANY (ARRAY['queued', 'running', 'done', 'failed'])),
+    CONSTRAINT jobs_payload_check
+        CHECK (pg_catalog.jsonb_typeof(payload) OPERATOR(pg_catalog.=) 'object'),
+    CONSTRAINT jobs_attempts_check
+        CHECK (attempts OPERATOR(pg_catalog.>=) 0),
+    CONSTRAINT jobs_max_attempts_check
+        CHECK (max_attempts OPERATOR(pg_catalog.>=) 1),
+    CONSTRAINT jobs_running_lock_check
+        CHECK (status OPERATOR(pg_catalog.<>) 'running'
+               OR (locked_by IS NOT NULL AND locked_at IS NOT NULL AND lease_expires_at IS NOT NULL))
+);
+ALTER SEQUENCE jobq.jobs_id_seq OWNED BY jobq.jobs.id;
+
+COMMENT ON TABLE jobq.jobs IS
+    'One row per job.  status: queued -> running -> done | failed; failed rows are the dead-letter queue.';
+COMMENT ON SEQUENCE jobq.jobs_id_seq IS 'Ids of jobq.jobs; dumped by pg_dump with the table.';
+COMMENT ON COLUMN jobq.jobs.id IS 'Job id, from jobq.jobs_id_seq.';
+COMMENT ON COLUMN jobq.jobs.queue IS 'Queue name: 1 to 58 characters of a-z, 0-9 and _. Workers listen on channel jobq_<queue>.';
+COMMENT ON COLUMN jobq.jobs.payload IS 'The job''s arguments: a JSON object of at most 1 MiB.';
+COMMENT ON COLUMN jobq.jobs.status IS 'queued, running, done or failed.';
+COMMENT ON COLUMN jobq.jobs.priority IS 'Higher runs first; between -32768 and 32767.';
+COMMENT ON COLUMN jobq.jobs.run_at IS 'The job is not claimed before this time (delays and retry backoff).';
+COMMENT ON COLUMN jobq.jobs.attempts IS 'Claims so far; reset by jobq.retry_failed.';
+COMMENT ON COLUMN jobq.jobs.max_attempts IS 'After this many attempts a failure or a stale lease makes the job failed.';
+COMMENT ON COLUMN jobq.jobs.lease IS 'Fencing token: incremented at every claim and never reset. complete, fail, heartbeat and release must present the current one.';
+COMMENT ON COLUMN jobq.jobs.locked_by IS 'The worker that claimed the job last.';
+COMMENT ON COLUMN jobq.jobs.locked_at IS 'When the current lease was taken or last extended by a heartbeat.';
+COMMENT ON COLUMN jobq.jobs.lease_expires_at IS 'When the current lease expires unless extended: locked_at + the lease_timeout given to claim. jobq.reap recovers running jobs past it.';
+COMMENT ON COLUMN jobq.jobs.last_error IS 'The last failure (at most 2,000 characters), with notes from the reaper.';
+COMMENT ON COLUMN jobq.jobs.created_at IS 'When the job was enqueued (the enqueueing transaction''s clock).';
+COMMENT ON COLUMN jobq.jobs.finished_at IS 'When the job became done or failed.';
+
+-- Serves jobq.claim exactly: its WHERE (queue, status, run_at) and its ORDER BY.
+CREATE INDEX jobs_claim_idx ON jobq.jobs (queue, priority DESC, run_at, id)
+    WHERE status OPERATOR(pg_catalog.=) 'queued';
+COMMENT ON INDEX jobq.jobs_claim_idx IS 'Serves jobq.claim: queued jobs by queue, priority desc, run_at, id.';
+
+-- Serves jobq.reap: running jobs by the expiry of their lease.
+CREATE INDEX jobs_reap_idx ON jobq.jobs (lease_expires_at)
+    WHERE status OPERATOR(pg_catalog.=) 'running';
+COMMENT ON INDEX jobq.jobs_reap_idx IS 'Serves jobq.reap: running jobs by lease_expires_at.';
+
+-- Every job inserts one row, updates it twice and is eventually purged:
+-- vacuum after 1% churn (at least 1,000 rows) without cost-based throttling,
+-- so that dead tuples are cleared before they slow the claim index down.
+ALTER TABLE jobq.jobs SET (
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_insert_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.01,
+    autovacuum_analyze_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 0
+);
+
+-- pg_dump keeps every job and the id sequence's position.
+SELECT pg_catalog.pg_extension_config_dump('jobq.jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('jobq.jobs_id_seq', '');
+
+REVOKE ALL ON TABLE jobq.jobs FROM PUBLIC;
+REVOKE ALL ON SEQUENCE jobq.jobs_id_seq FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.jobs TO @extowner@;
+GRANT USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq TO @extowner@;

@@ -1,0 +1,212 @@
+----------------------------------------------------------------------------
+-- Internal checks and helpers: each raises a specific SQLSTATE whose message
+-- names the argument it refuses
+----------------------------------------------------------------------------
+
+/*
+ * jobq._check_queue(queue): returns nothing; raises 22004 for NULL and 22023
+ * for a name that is not 1 to 58 characters of a-z, 0-9 and _ (so that
+ * 'jobq_' || queue is always a valid, unquoted notification channel).
+ */
+CREATE FUNCTION jobq._check_queue(queue text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF queue IS NULL THEN
+        RAISE EXCEPTION 'queue must not be NULL'
+            USING ERRCODE = '22004';
+    END IF;
+    IF queue !~ '^[a-z0-9_]{1,58}$' THEN
+        RAISE EXCEPTION 'queue must be 1 to 58 characters of a-z, 0-9 and _, got %',
+                        quote_literal(left(queue, 80))
+            USING ERRCODE = '22023',
+                  HINT = 'Queue names become notification channels jobq_<queue>.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_queue(text) IS 'Internal: raises 22004/22023 unless queue is a valid queue name.';
+REVOKE ALL ON FUNCTION jobq._check_queue(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_queue(text) TO @extowner@;
+
+/*
+ * jobq._check_payload(payload, argument): returns nothing; raises 22004 for
+ * NULL, 22023 for anything but a JSON object, 54000 above 1 MiB.  argument
+ * names the caller's argument in the message.
+ */
+CREATE FUNCTION jobq._check_payload(payload jsonb, argument text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF payload IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', argument
+            USING ERRCODE = '22004';
+    END IF;
+    IF jsonb_typeof(payload) <> 'object' THEN
+        RAISE EXCEPTION '% must be a JSON object, got a JSON %', argument, jsonb_typeof(payload)
+            USING ERRCODE = '22023',
+                  HINT = 'Wrap the value in an object, for example {"value": ...}.';
+    END IF;
+    IF pg_column_size(payload) > 1048576 THEN
+        RAISE EXCEPTION '% must be at most 1 MiB, got % bytes', argument, pg_column_size(payload)
+            USING ERRCODE = '54000',
+                  HINT = 'Store large data in a table and enqueue its key.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_payload(jsonb, text) IS 'Internal: raises 22004/22023/54000 unless payload is a JSON object of at most 1 MiB.';
+REVOKE ALL ON FUNCTION jobq._check_payload(jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_payload(jsonb, text) TO @extowner@;
+
+/*
+ * jobq._check_options(priority, run_at, max_attempts): returns nothing;
+ * raises 22004 for a NULL and 22023 for a value out of range.
+ */
+CREATE FUNCTION jobq._check_options(priority integer, run_at timestamptz, max_attempts integer)
+RETURNS void
+LANGUAGE plpgsql STABLE PARALLEL SAFE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF priority IS NULL THEN
+        RAISE EXCEPTION 'priority must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF priority < -32768 OR priority > 32767 THEN
+        RAISE EXCEPTION 'priority must be between -32768 and 32767, got %', priority
+            USING ERRCODE = '22023';
+    END IF;
+    IF run_at IS NULL THEN
+        RAISE EXCEPTION 'run_at must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF NOT isfinite(run_at)
+       OR run_at > now() + interval '10 years'
+       OR run_at < now() - interval '10 years' THEN
+        RAISE EXCEPTION 'run_at must be within 10 years of now, got %', run_at
+            USING ERRCODE = '22023';
+    END IF;
+    IF max_attempts IS NULL THEN
+        RAISE EXCEPTION 'max_attempts must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF max_attempts < 1 OR max_attempts > 1000 THEN
+        RAISE EXCEPTION 'max_attempts must be between 1 and 1000, got %', max_attempts
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_options(integer, timestamptz, integer) IS 'Internal: raises 22004/22023 unless the enqueue options are in range.';
+REVOKE ALL ON FUNCTION jobq._check_options(integer, timestamptz, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_options(integer, timestamptz, integer) TO @extowner@;
+
+/*
+ * jobq._check_lease(id, lease): returns nothing; raises 22004 when either is
+ * NULL.
+ */
+CREATE FUNCTION jobq._check_lease(id bigint, lease bigint)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF id IS NULL THEN
+        RAISE EXCEPTION 'id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF lease IS NULL THEN
+        RAISE EXCEPTION 'lease must not be NULL' USING ERRCODE = '22004';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_lease(bigint, bigint) IS 'Internal: raises 22004 when a job id or lease is NULL.';
+REVOKE ALL ON FUNCTION jobq._check_lease(bigint, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_lease(bigint, bigint) TO @extowner@;
+
+/*
+ * jobq._check_pairs(ids, leases): returns nothing; raises 22004 when either
+ * array is NULL, 22023 when they differ in length, have more than one
+ * dimension or hold a NULL (naming the array and the position).
+ */
+CREATE FUNCTION jobq._check_pairs(ids bigint[], leases bigint[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF _check_pairs.ids IS NULL THEN
+        RAISE EXCEPTION 'ids must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF _check_pairs.leases IS NULL THEN
+        RAISE EXCEPTION 'leases must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF array_ndims(_check_pairs.ids) > 1 THEN
+        RAISE EXCEPTION 'ids must be a one-dimensional array, got % dimensions', array_ndims(_check_pairs.ids)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_ndims(_check_pairs.leases) > 1 THEN
+        RAISE EXCEPTION 'leases must be a one-dimensional array, got % dimensions',
+                        array_ndims(_check_pairs.leases)
+            USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(_check_pairs.ids) <> cardinality(_check_pairs.leases) THEN
+        RAISE EXCEPTION 'ids and leases must have the same length, got % and %',
+                        cardinality(_check_pairs.ids), cardinality(_check_pairs.leases)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(_check_pairs.ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'ids must not contain NULL, found one at ids[%]', array_position(_check_pairs.ids, NULL)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(_check_pairs.leases, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'leases must not contain NULL, found one at leases[%]',
+                        array_position(_check_pairs.leases, NULL)
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_pairs(bigint[], bigint[]) IS
+    'Internal: raises 22004/22023 unless ids and leases are two NULL-free one-dimensional arrays of one length.';
+REVOKE ALL ON FUNCTION jobq._check_pairs(bigint[], bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_pairs(bigint[], bigint[]) TO @extowner@;
+
+/*
+ * jobq._raise_not_held(id, lease): never returns.  Called after an update
+ * guarded by (id, lease, status = running) matched nothing; raises JQ002 when
+ * no job has that id, JQ001 otherwise (the lease is stale or the job is not
+ * running).  Reads the row without locking it.
+ */
+CREATE FUNCTION jobq._raise_not_held(id bigint, lease bigint)
+RETURNS void
+LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    current_status text;
+    current_lease  bigint;
+BEGIN
+    SELECT j.status, j.lease INTO current_status, current_lease
+      FROM jobq.jobs AS j
+     WHERE j.id = _raise_not_held.id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'id %: no such job', _raise_not_held.id
+            USING ERRCODE = 'JQ002';
+    END IF;
+    RAISE EXCEPTION 'lease % of job % is not current', _raise_not_held.lease, _raise_not_held.id
+        USING ERRCODE = 'JQ001',
+              DETAIL = format('The job is %s under lease %s.', current_status, current_lease),
+              HINT = 'The job was reaped, finished or claimed again; discard this result.';
+END
+$$;
+COMMENT ON FUNCTION jobq._raise_not_held(bigint, bigint) IS 'Internal: raises JQ002 (no such job) or JQ001 (lease not current).';
+REVOKE ALL ON FUNCTION jobq._raise_not_held(bigint, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._raise_not_held(bigint, bigint) TO @extowner@;
+
+-- jobq._backoff(attempts): the retry delay after that many attempts.
+CREATE FUNCTION jobq._backoff(attempts integer)
+RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT make_interval(secs => least(300, 2 ^ attempts)) $$;
+COMMENT ON FUNCTION jobq._backoff(integer) IS 'Internal: retry delay after the given number of attempts: 2^attempts seconds, at most 300.';
+REVOKE ALL ON FUNCTION jobq._backoff(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._backoff(integer) TO @extowner@;

@@ -1,0 +1,297 @@
+----------------------------------------------------------------------------
+-- Settling: what a worker reports for the jobs it holds.  Every call presents
+-- the job's lease (its fencing token): a lease that is no longer current is
+-- refused, so a worker whose job was reaped and claimed again cannot change
+-- it.
+----------------------------------------------------------------------------
+
+/*
+ * jobq._acknowledge(ids, leases): the jobs of the (id, lease) pairs
+ * acknowledged, in no particular order: running under that lease and now
+ * done, or already done under that same lease by an earlier statement (a
+ * repeated acknowledgement).  Stale pairs are left out.  The caller checks
+ * the arrays (jobq._check_pairs).  Locks the rows it marks done.  The
+ * repeat check runs only when some pair was not marked done; it tells this
+ * statement's own updates by finished_at = statement_timestamp(), so a pair
+ * acknowledged twice within one statement counts once.
+ */
+CREATE FUNCTION jobq._acknowledge(ids bigint[], leases bigint[])
+RETURNS SETOF jobq.jobs
+LANGUAGE plpgsql VOLATILE STRICT ROWS 50
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    marked bigint;
+BEGIN
+    RETURN QUERY
+    UPDATE jobq.jobs AS j
+       SET status = 'done', finished_at = statement_timestamp()
+      FROM unnest(_acknowledge.ids, _acknowledge.leases) AS a(id, lease)
+     WHERE j.id = ANY (_acknowledge.ids)
+       AND j.id = a.id AND j.lease = a.lease
+       -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
+       -- by primary key, the cost stays flat while dead entries pile up there
+       AND (j.status = 'running') IS TRUE
+    RETURNING j.*;
+    GET DIAGNOSTICS marked = ROW_COUNT;
+    IF marked < cardinality(_acknowledge.ids) THEN
+        RETURN QUERY
+        SELECT j.*
+          FROM jobq.jobs AS j
+         WHERE j.id = ANY (_acknowledge.ids)
+           AND (j.id, j.lease) IN (SELECT a.id, a.lease
+                                     FROM unnest(_acknowledge.ids, _acknowledge.leases) AS a(id, lease))
+           AND j.status = 'done'
+           AND j.finished_at <> statement_timestamp();
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._acknowledge(bigint[], bigint[]) IS
+    'Internal: mark done the jobs of the (id, lease) pairs still running under that lease; returns them and those already done under it.';
+REVOKE ALL ON FUNCTION jobq._acknowledge(bigint[], bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._acknowledge(bigint[], bigint[]) TO @extowner@;
+
+/*
+ * jobq.complete(id, lease): running -> done.  Locks the job's row (waits for
+ * a concurrent reaper holding it).  Repeating a successful complete with the
+ * same lease does nothing and succeeds.  Raises 22004 (NULL argument), JQ002
+ * (no such job), JQ001 (the lease is not the job's current one, or the job is
+ * not running: it was reaped, failed, finished or re-claimed).
+ */
+CREATE FUNCTION jobq.complete(id bigint, lease bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: workers settle jobs without UPDATE on jobq.jobs; the lease
+-- decides which rows they may change.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM jobq._check_lease(complete.id, complete.lease);
+    UPDATE jobq.jobs AS j
+       SET status = 'done', finished_at = statement_timestamp()
+     WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'running';
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM FROM jobq.jobs AS j
+      WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'done';
+    IF FOUND THEN
+        RETURN;  -- a repeat of a complete that succeeded
+    END IF;
+    PERFORM jobq._raise_not_held(complete.id, complete.lease);
+END
+$$;
+COMMENT ON FUNCTION jobq.complete(bigint, bigint) IS
+    'Mark a running job done. Refuses a lease that is not current with SQLSTATE JQ001 (JQ002: no such job); repeating a successful call is harmless.';
+REVOKE ALL ON FUNCTION jobq.complete(bigint, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.complete(bigint, bigint) TO @extowner@;
+
+/*
+ * jobq.complete_many(ids, leases): the ids of the pairs acknowledged, in
+ * ascending order: jobs now done, or already done under that same lease.  A
+ * pair whose lease is not current (or whose id is unknown) is left out, not
+ * raised, so one stale job cannot fail a batch.  One UPDATE
+ * (jobq._acknowledge); locks the rows it changes.  Raises like
+ * jobq._check_pairs.
+ */
+CREATE FUNCTION jobq.complete_many(ids bigint[], leases bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 50
+-- SECURITY DEFINER: workers acknowledge without privileges on jobq.jobs.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM jobq._check_pairs(complete_many.ids, complete_many.leases);
+    RETURN QUERY
+    SELECT a.id FROM jobq._acknowledge(complete_many.ids, complete_many.leases) AS a ORDER BY a.id;
+END
+$$;
+COMMENT ON FUNCTION jobq.complete_many(bigint[], bigint[]) IS
+    'Mark many running jobs done in one statement; returns the ids acknowledged. Pairs with a stale lease or unknown id are left out of the result.';
+REVOKE ALL ON FUNCTION jobq.complete_many(bigint[], bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.complete_many(bigint[], bigint[]) TO @extowner@;
+
+/*
+ * jobq.complete_and_claim(ids, leases, queue, n, worker, lease_timeout):
+ * first the jobs acknowledged, by ascending id, as jobq.complete_many would
+ * (status 'done': now done, or already done under that same lease; stale
+ * pairs are left out), then up to n newly claimed jobs of queue (status
+ * 'running', each with its new lease of lease_timeout, default 60 seconds),
+ * as jobq.claim would.  Empty arrays claim only; to acknowledge without
+ * claiming, use jobq.complete_many.  One statement: if any argument is
+ * refused, nothing is acknowledged and nothing claimed.  Locks: the rows it
+ * marks done, and FOR NO KEY UPDATE SKIP LOCKED on the rows it claims.
+ * Raises 22004 (NULL argument), 22023 (arrays of different lengths or with
+ * NULL elements, and what jobq.claim refuses).
+ */
+CREATE FUNCTION jobq.complete_and_claim(ids bigint[], leases bigint[], queue text, n integer, worker text,
+                                        lease_timeout interval DEFAULT '60 seconds')
+RETURNS SETOF jobq.jobs
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 20
+-- SECURITY DEFINER: like claim and complete_many, for workers without
+-- privileges on jobq.jobs.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM jobq._check_pairs(complete_and_claim.ids, complete_and_claim.leases);
+    IF cardinality(complete_and_claim.ids) > 0 THEN
+        -- should jobq.claim below refuse its arguments, the error undoes these
+        -- acknowledgements with the rest of the statement
+        RETURN QUERY
+        SELECT a.* FROM jobq._acknowledge(complete_and_claim.ids, complete_and_claim.leases) AS a
+         ORDER BY a.id;
+    END IF;
+    RETURN QUERY
+    SELECT c.* FROM jobq.claim(complete_and_claim.queue, complete_and_claim.n,
+                               complete_and_claim.worker, complete_and_claim.lease_timeout) AS c;
+END
+$$;
+COMMENT ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval) IS
+    'Acknowledge finished jobs (returned with status done) and claim up to n more (returned running, under leases of lease_timeout), in one statement.';
+REVOKE ALL ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval) TO @extowner@;
+
+/*
+ * jobq.fail(id, error, lease): the job's row after the failure: queued again
+ * with run_at = now + least(300, 2^attempts) seconds, or failed once attempts
+ * reached max_attempts.  error is kept in last_error, cut to 2,000
+ * characters.  Locks the job's row.  Raises 22004 (NULL argument), JQ002, JQ001
+ * like jobq.complete (a repeated fail is refused: the job is no longer held).
+ */
+CREATE FUNCTION jobq.fail(id bigint, error text, lease bigint)
+RETURNS jobq.jobs
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: workers settle jobs without UPDATE on jobq.jobs; the lease
+-- decides which rows they may change.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    failed_job jobq.jobs;
+BEGIN
+    PERFORM jobq._check_lease(fail.id, fail.lease);
+    IF fail.error IS NULL THEN
+        RAISE EXCEPTION 'error must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE jobq.jobs AS j
+       SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+           run_at      = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+                              ELSE statement_timestamp() + jobq._backoff(j.attempts) END,
+           finished_at = CASE WHEN j.attempts >= j.max_attempts THEN statement_timestamp() END,
+           last_error  = left(fail.error, 2000)
+     WHERE j.id = fail.id AND j.lease = fail.lease AND j.status = 'running'
+    RETURNING j.* INTO failed_job;
+    IF NOT FOUND THEN
+        PERFORM jobq._raise_not_held(fail.id, fail.lease);
+    END IF;
+    RETURN failed_job;
+END
+$$;
+COMMENT ON FUNCTION jobq.fail(bigint, text, bigint) IS
+    'Record a failure of a running job: back to queued after 2^attempts s (at most 300 s), or failed at max_attempts. Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.fail(bigint, text, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.fail(bigint, text, bigint) TO @extowner@;
+
+/*
+ * jobq.heartbeat(id, lease): the new locked_at.  Extends a running job's
+ * lease by its own length (the lease_timeout it was claimed with):
+ * locked_at becomes now and lease_expires_at now + that length, so the
+ * reaper leaves the job alone.  Locks the job's row.  Raises 22004, JQ002,
+ * JQ001 like jobq.complete.
+ */
+CREATE FUNCTION jobq.heartbeat(id bigint, lease bigint)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: workers extend leases without UPDATE on jobq.jobs; the lease
+-- decides which rows they may change.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    new_locked_at timestamptz;
+BEGIN
+    PERFORM jobq._check_lease(heartbeat.id, heartbeat.lease);
+    UPDATE jobq.jobs AS j
+       SET locked_at        = statement_timestamp(),
+           lease_expires_at = statement_timestamp() + (j.lease_expires_at - j.locked_at)
+     WHERE j.id = heartbeat.id AND j.lease = heartbeat.lease AND j.status = 'running'
+    RETURNING j.locked_at INTO new_locked_at;
+    IF NOT FOUND THEN
+        PERFORM jobq._raise_not_held(heartbeat.id, heartbeat.lease);
+    END IF;
+    RETURN new_locked_at;
+END
+$$;
+COMMENT ON FUNCTION jobq.heartbeat(bigint, bigint) IS
+    'Extend the lease of a running job by its own length (locked_at = now) so jobq.reap leaves it alone; returns the new locked_at. Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.heartbeat(bigint, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.heartbeat(bigint, bigint) TO @extowner@;
+
+/*
+ * jobq.heartbeat_many(ids, leases): the ids whose lease was extended by its
+ * own length, as jobq.heartbeat does, ascending: the jobs still running
+ * under the lease given.  A pair whose lease is not current, or whose job is no longer
+ * running, is left out, not raised, so a worker extends every job in hand
+ * with one statement and learns which it lost.  One UPDATE; locks the rows it
+ * changes.  Raises like jobq._check_pairs.
+ */
+CREATE FUNCTION jobq.heartbeat_many(ids bigint[], leases bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 20
+-- SECURITY DEFINER: like heartbeat, for workers without privileges on
+-- jobq.jobs.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM jobq._check_pairs(heartbeat_many.ids, heartbeat_many.leases);
+    RETURN QUERY
+    WITH extended AS (
+        UPDATE jobq.jobs AS j
+           SET locked_at        = statement_timestamp(),
+               lease_expires_at = statement_timestamp() + (j.lease_expires_at - j.locked_at)
+          FROM unnest(heartbeat_many.ids, heartbeat_many.leases) AS a(id, lease)
+         WHERE j.id = ANY (heartbeat_many.ids)
+           AND j.id = a.id AND j.lease = a.lease
+           AND (j.status = 'running') IS TRUE  -- by primary key, as in jobq._acknowledge
+        RETURNING j.id
+    )
+    SELECT e.id FROM extended AS e ORDER BY e.id;
+END
+$$;
+COMMENT ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) IS
+    'Extend the leases of many running jobs by their own lengths in one statement; returns the ids extended. Stale pairs are left out.';
+REVOKE ALL ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) TO @extowner@;
+
+/*
+ * jobq.release(id, lease): hands a claimed job back unstarted (a worker
+ * shutting down): running -> queued, run_at kept, the attempt not counted.
+ * The lease is spent all the same.  Locks the job's row.  Raises 22004,
+ * JQ002, JQ001 like jobq.complete.
+ */
+CREATE FUNCTION jobq.release(id bigint, lease bigint)
+RETURNS void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: workers hand jobs back without UPDATE on jobq.jobs; the lease
+-- decides which rows they may change.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM jobq._check_lease(release.id, release.lease);
+    UPDATE jobq.jobs AS j
+       SET status = 'queued', attempts = j.attempts - 1
+     WHERE j.id = release.id AND j.lease = release.lease AND j.status = 'running';
+    IF NOT FOUND THEN
+        PERFORM jobq._raise_not_held(release.id, release.lease);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq.release(bigint, bigint) IS
+    'Hand a claimed, unstarted job back to the queue without counting the attempt. Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.release(bigint, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.release(bigint, bigint) TO @extowner@;

@@ -1,0 +1,238 @@
+----------------------------------------------------------------------------
+-- Operating: recovery, redrive, retention, and what to watch
+----------------------------------------------------------------------------
+
+/*
+ * jobq.reap(stale): the recovered jobs, by id: running jobs whose lease has
+ * expired (lease_expires_at, set by claim from its lease_timeout and moved on
+ * by every heartbeat) go back to queued (after the retry backoff), or to
+ * failed when out of attempts; a note naming the lost lease is appended to
+ * last_error.  Each job is judged by its own lease, so workers with
+ * different lease lengths never reap each other's live jobs.  stale (default
+ * NULL) only ever holds reaping back: given, a job must also have been
+ * claimed or extended more than stale ago (kept from 0.3.0, where stale was
+ * the whole test; no longer needed).  Locks: FOR NO KEY UPDATE SKIP LOCKED,
+ * so two reapers, or a reaper and a completing worker, never wait on each
+ * other.  Raises 22023 (stale not positive, or over 10 years).
+ */
+CREATE FUNCTION jobq.reap(stale interval DEFAULT NULL)
+RETURNS SETOF jobq.jobs
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: the worker level recovers expired leases without UPDATE
+-- on jobq.jobs, so a fleet of workers needs no admin to recover a killed
+-- worker's jobs.  It can touch nothing else: only jobs whose lease expired.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF reap.stale <= interval '0' OR reap.stale > interval '10 years' THEN
+        RAISE EXCEPTION 'stale must be a positive interval of at most 10 years, got %', reap.stale
+            USING ERRCODE = '22023';
+    END IF;
+
+    RETURN QUERY
+    WITH expired AS MATERIALIZED (
+        SELECT j.id
+          FROM jobq.jobs AS j
+         WHERE j.status = 'running'
+           AND j.lease_expires_at < statement_timestamp()
+           AND (reap.stale IS NULL OR j.locked_at < statement_timestamp() - reap.stale)
+           FOR NO KEY UPDATE SKIP LOCKED
+    ), reaped AS (
+        UPDATE jobq.jobs AS j
+           SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+               run_at      = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+                                  ELSE statement_timestamp() + jobq._backoff(j.attempts) END,
+               finished_at = CASE WHEN j.attempts >= j.max_attempts THEN statement_timestamp() END,
+               last_error  = right(concat_ws(E'\n', j.last_error,
+                                             format('reaped: lease %s of %s went stale', j.lease, j.locked_by)),
+                                   2000)
+          FROM expired
+         WHERE j.id = expired.id
+        RETURNING j.*
+    )
+    SELECT r.* FROM reaped AS r ORDER BY r.id;
+END
+$$;
+COMMENT ON FUNCTION jobq.reap(interval) IS
+    'Recover running jobs whose lease expired: back to queued, or failed when out of attempts. Returns them. stale, when given, also requires the lease to be older than stale.';
+REVOKE ALL ON FUNCTION jobq.reap(interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.reap(interval) TO @extowner@;
+
+/*
+ * jobq.retry_failed(queue, ids): the ids redriven, ascending.  Failed jobs
+ * (of queue, and among ids, when given) go back to queued, runnable now, with
+ * attempts reset; their lease counter is kept, so old leases stay refused.
+ * last_error is kept.  Notifies the queues concerned.  Raises 22023 for a bad
+ * queue name.
+ */
+CREATE FUNCTION jobq.retry_failed(queue text DEFAULT NULL, ids bigint[] DEFAULT NULL)
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    redriven_ids    bigint[];
+    redriven_queues text[];
+BEGIN
+    IF retry_failed.queue IS NOT NULL THEN
+        PERFORM jobq._check_queue(retry_failed.queue);
+    END IF;
+    WITH redriven AS (
+        UPDATE jobq.jobs AS j
+           SET status = 'queued', attempts = 0, run_at = statement_timestamp(), finished_at = NULL
+         WHERE j.status = 'failed'
+           AND (retry_failed.queue IS NULL OR j.queue = retry_failed.queue)
+           AND (retry_failed.ids IS NULL OR j.id = ANY (retry_failed.ids))
+        RETURNING j.id, j.queue
+    )
+    SELECT array_agg(r.id ORDER BY r.id), array_agg(DISTINCT r.queue)
+      INTO redriven_ids, redriven_queues
+      FROM redriven AS r;
+    PERFORM pg_notify(jobq.channel(q.queue), '') FROM unnest(redriven_queues) AS q(queue);
+    RETURN QUERY SELECT r.id FROM unnest(redriven_ids) AS r(id);
+END
+$$;
+COMMENT ON FUNCTION jobq.retry_failed(text, bigint[]) IS
+    'Dead-letter redrive: failed jobs (optionally of one queue, optionally only these ids) back to queued with attempts reset. Returns their ids.';
+REVOKE ALL ON FUNCTION jobq.retry_failed(text, bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.retry_failed(text, bigint[]) TO @extowner@;
+
+/*
+ * jobq.purge(older_than, max_rows): the number of jobs deleted: done jobs
+ * (and failed ones too when include_failed) that finished more than
+ * older_than ago, at most max_rows of them, so a large backlog can be purged
+ * in short transactions.  Skips rows locked by others.  Raises 22004 (NULL
+ * argument), 22023 (older_than negative, max_rows outside 1..1000000).
+ */
+CREATE FUNCTION jobq.purge(older_than interval, max_rows integer DEFAULT 100000,
+                           include_failed boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    deleted bigint;
+BEGIN
+    IF purge.older_than IS NULL THEN
+        RAISE EXCEPTION 'older_than must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF purge.older_than < interval '0' THEN
+        RAISE EXCEPTION 'older_than must not be negative, got %', purge.older_than
+            USING ERRCODE = '22023';
+    END IF;
+    IF purge.max_rows IS NULL THEN
+        RAISE EXCEPTION 'max_rows must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF purge.max_rows < 1 OR purge.max_rows > 1000000 THEN
+        RAISE EXCEPTION 'max_rows must be between 1 and 1000000, got %', purge.max_rows
+            USING ERRCODE = '22023';
+    END IF;
+    IF purge.include_failed IS NULL THEN
+        RAISE EXCEPTION 'include_failed must not be NULL' USING ERRCODE = '22004';
+    END IF;
+
+    WITH doomed AS MATERIALIZED (
+        SELECT j.id
+          FROM jobq.jobs AS j
+         WHERE (j.status = 'done' OR (purge.include_failed AND j.status = 'failed'))
+           AND j.finished_at < statement_timestamp() - purge.older_than
+         LIMIT purge.max_rows
+           FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM jobq.jobs AS j USING doomed WHERE j.id = doomed.id;
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    RETURN deleted;
+END
+$$;
+COMMENT ON FUNCTION jobq.purge(interval, integer, boolean) IS
+    'Delete done jobs (and failed ones with include_failed) finished more than older_than ago, at most max_rows; returns how many.';
+REVOKE ALL ON FUNCTION jobq.purge(interval, integer, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.purge(interval, integer, boolean) TO @extowner@;
+
+/*
+ * jobq.stats(): one row per queue: how many jobs are queued (of which
+ * runnable now), running, done and failed, and how long the oldest runnable
+ * queued job has been waiting.  Reads the whole table; takes no row locks.
+ */
+CREATE FUNCTION jobq.stats()
+RETURNS TABLE (queue text, queued bigint, runnable bigint, running bigint, done bigint,
+               failed bigint, oldest_queued_age interval)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.status = 'queued'),
+           count(*) FILTER (WHERE j.status = 'queued' AND j.run_at <= statement_timestamp()),
+           count(*) FILTER (WHERE j.status = 'running'),
+           count(*) FILTER (WHERE j.status = 'done'),
+           count(*) FILTER (WHERE j.status = 'failed'),
+           statement_timestamp() - min(j.run_at) FILTER (WHERE j.status = 'queued'
+                                                         AND j.run_at <= statement_timestamp())
+      FROM jobq.jobs AS j
+     GROUP BY j.queue
+     ORDER BY j.queue
+$$;
+COMMENT ON FUNCTION jobq.stats() IS
+    'Per queue: counts of queued (and runnable now), running, done and failed jobs, and the wait of the oldest runnable job.';
+REVOKE ALL ON FUNCTION jobq.stats() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.stats() TO @extowner@;
+
+-- Written fully qualified (OPERATOR(pg_catalog.x), pg_catalog.f): a view is
+-- parsed once, here, with the installing session's search_path.
+CREATE VIEW jobq.health AS
+    SELECT (SELECT pg_catalog.count(*) FROM jobq.jobs AS j
+             WHERE j.status OPERATOR(pg_catalog.=) 'queued') AS queued,
+           (SELECT pg_catalog.count(*) FROM jobq.jobs AS j
+             WHERE j.status OPERATOR(pg_catalog.=) 'queued'
+               AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) AS runnable,
+           (SELECT pg_catalog.count(*) FROM jobq.jobs AS j
+             WHERE j.status OPERATOR(pg_catalog.=) 'running') AS running,
+           (SELECT pg_catalog.count(*) FROM jobq.jobs AS j
+             WHERE j.status OPERATOR(pg_catalog.=) 'failed') AS failed,
+           (SELECT pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) pg_catalog.min(j.run_at)
+              FROM jobq.jobs AS j
+             WHERE j.status OPERATOR(pg_catalog.=) 'queued'
+               AND j.run_at OPERATOR(pg_catalog.<=) pg_catalog.statement_timestamp()) AS oldest_runnable_age,
+           s.n_live_tup AS live_tuples,
+           s.n_dead_tup AS dead_tuples,
+           pg_catalog.pg_total_relation_size('jobq.jobs'::pg_catalog.regclass) AS total_bytes,
+           GREATEST(s.last_autovacuum, s.last_vacuum) AS last_vacuum,
+           GREATEST(s.last_autoanalyze, s.last_analyze) AS last_analyze,
+           (SELECT pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) pg_catalog.min(a.xact_start)
+              FROM pg_catalog.pg_stat_activity AS a
+             WHERE a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()) AS oldest_transaction_age,
+           (SELECT pg_catalog.max(pg_catalog.age(a.backend_xmin))
+              FROM pg_catalog.pg_stat_activity AS a
+             WHERE a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()) AS oldest_xmin_age
+      FROM pg_catalog.pg_stat_user_tables AS s
+     WHERE s.relid OPERATOR(pg_catalog.=) 'jobq.jobs'::pg_catalog.regclass;
+COMMENT ON VIEW jobq.health IS
+    'One row: queue depth, oldest runnable job, dead tuples, table size, last vacuum and analyze, and the oldest open transaction (it holds vacuum back). Other sessions'' transactions show only with pg_read_all_stats.';
+COMMENT ON COLUMN jobq.health.queued IS 'Queued jobs, runnable now or later.';
+COMMENT ON COLUMN jobq.health.runnable IS 'Queued jobs whose run_at has come.';
+COMMENT ON COLUMN jobq.health.running IS 'Jobs held under a lease.';
+COMMENT ON COLUMN jobq.health.failed IS 'The dead-letter queue.';
+COMMENT ON COLUMN jobq.health.oldest_runnable_age IS 'How long the oldest runnable job has waited.';
+COMMENT ON COLUMN jobq.health.live_tuples IS 'Estimated live rows of jobq.jobs (pg_stat_user_tables).';
+COMMENT ON COLUMN jobq.health.dead_tuples IS 'Estimated dead rows not yet vacuumed: a steady climb means vacuum is held back.';
+COMMENT ON COLUMN jobq.health.total_bytes IS 'jobq.jobs with its indexes and TOAST, in bytes.';
+COMMENT ON COLUMN jobq.health.last_vacuum IS 'The last vacuum of jobq.jobs, manual or automatic.';
+COMMENT ON COLUMN jobq.health.last_analyze IS 'The last analyze of jobq.jobs, manual or automatic.';
+COMMENT ON COLUMN jobq.health.oldest_transaction_age IS 'Age of the oldest open transaction of another session; vacuum cannot clear rows it may still see.';
+COMMENT ON COLUMN jobq.health.oldest_xmin_age IS 'In transactions: how far the oldest snapshot of another session holds back vacuum.';
+REVOKE ALL ON TABLE jobq.health FROM PUBLIC;
+GRANT SELECT ON TABLE jobq.health TO @extowner@;
+
+/*
+ * jobq.version(): the version of pgjobq installed in this database (its
+ * pg_extension row), for clients that check what they talk to.
+ */
+CREATE FUNCTION jobq.version()
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pgjobq' $$;
+COMMENT ON FUNCTION jobq.version() IS 'The installed version of pgjobq, as in pg_extension (for example 0.4.0).';
+REVOKE ALL ON FUNCTION jobq.version() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.version() TO @extowner@;

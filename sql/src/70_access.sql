@@ -1,0 +1,197 @@
+----------------------------------------------------------------------------
+-- Access levels.  Producers and workers get no table privilege: the
+-- functions they call are SECURITY DEFINER.  Handing out levels stays with
+-- the extension's owner (and superusers): these helpers run with the
+-- caller's rights and are granted to nobody else.
+--
+-- - producer: jobq.enqueue, jobq.enqueue_many;
+-- - worker:   jobq.claim, complete, complete_many, complete_and_claim, fail,
+--             heartbeat, heartbeat_many, release, and reap (it recovers
+--             only jobs whose lease expired);
+-- - admin:    both, and jobq.retry_failed, purge, stats, the jobq.health
+--             view, SELECT, INSERT, UPDATE, DELETE on jobq.jobs (USAGE on
+--             its sequence) and the internal helpers those need;
+-- - every level: jobq.channel and jobq.version.
+----------------------------------------------------------------------------
+
+/*
+ * jobq._level_functions(level): the functions a level may execute, for
+ * level 'producer', 'worker' or 'admin'; NULL for any other level.
+ */
+CREATE FUNCTION jobq._level_functions(level text)
+RETURNS regprocedure[]
+LANGUAGE plpgsql STABLE PARALLEL SAFE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- one branch per level, so that planning one never plans the others
+    IF _level_functions.level = 'producer' THEN
+        RETURN ARRAY[
+                'jobq.enqueue(text, jsonb, integer, timestamptz, integer)',
+                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer)',
+                'jobq.channel(text)',
+                'jobq.version()',
+                'jobq._check_queue(text)']::regprocedure[];
+    ELSIF _level_functions.level = 'worker' THEN
+        RETURN ARRAY[
+                'jobq.claim(text, integer, text, interval)',
+                'jobq.complete(bigint, bigint)',
+                'jobq.complete_many(bigint[], bigint[])',
+                'jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval)',
+                'jobq.fail(bigint, text, bigint)',
+                'jobq.heartbeat(bigint, bigint)',
+                'jobq.heartbeat_many(bigint[], bigint[])',
+                'jobq.release(bigint, bigint)',
+                'jobq.reap(interval)',
+                'jobq.channel(text)',
+                'jobq.version()',
+                'jobq._check_queue(text)']::regprocedure[];
+    ELSIF _level_functions.level = 'admin' THEN
+        -- both levels above, and what operating the queue takes
+        RETURN ARRAY(
+                SELECT DISTINCT f
+                  FROM unnest(jobq._level_functions('producer') || jobq._level_functions('worker')
+                              || ARRAY[
+                                     'jobq.retry_failed(text, bigint[])',
+                                     'jobq.purge(interval, integer, boolean)',
+                                     'jobq.stats()',
+                                     'jobq._check_payload(jsonb, text)',
+                                     'jobq._check_options(integer, timestamptz, integer)',
+                                     'jobq._check_lease(bigint, bigint)',
+                                     'jobq._raise_not_held(bigint, bigint)',
+                                     'jobq._backoff(integer)']::regprocedure[]) AS f
+                 ORDER BY f);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION jobq._level_functions(text) IS
+    'Internal: the functions that the producer, worker or admin level may execute.';
+REVOKE ALL ON FUNCTION jobq._level_functions(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._level_functions(text) TO @extowner@;
+
+/*
+ * jobq._grantee(role): the name of role, for GRANT and REVOKE.  Raises 22004
+ * (NULL role) and 42501 unless the caller may pass pgjobq's privileges on
+ * (holds the grant option on schema jobq: the extension's owner, a
+ * superuser).
+ */
+CREATE FUNCTION jobq._grantee(role regrole)
+RETURNS name
+LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    grantee name;
+BEGIN
+    IF _grantee.role IS NULL THEN
+        RAISE EXCEPTION 'role must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF NOT has_schema_privilege('jobq', 'USAGE WITH GRANT OPTION') THEN
+        RAISE EXCEPTION 'permission denied to grant or revoke pgjobq privileges'
+            USING ERRCODE = '42501',
+                  HINT = 'Run this as the role that created the extension, or as a superuser.';
+    END IF;
+    SELECT r.rolname INTO grantee FROM pg_roles AS r WHERE r.oid = _grantee.role;
+    RETURN grantee;
+END
+$$;
+COMMENT ON FUNCTION jobq._grantee(regrole) IS
+    'Internal: the role''s name, once the caller is known to hold the grant option on jobq.';
+REVOKE ALL ON FUNCTION jobq._grantee(regrole) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._grantee(regrole) TO @extowner@;
+
+/*
+ * jobq._grant_level(role, level): returns nothing.  Grants role USAGE on the
+ * schema, EXECUTE on jobq._level_functions(level) and, for admin, table
+ * privileges on jobq.jobs and its sequence and SELECT on jobq.health.  Runs
+ * with the caller's rights.
+ * Raises like jobq._grantee, and 22023 for an unknown level.
+ */
+CREATE FUNCTION jobq._grant_level(role regrole, level text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    grantee   name := jobq._grantee(_grant_level.role);
+    functions regprocedure[] := jobq._level_functions(_grant_level.level);
+    fn        regprocedure;
+BEGIN
+    IF functions IS NULL THEN
+        RAISE EXCEPTION 'level must be producer, worker or admin, got %', quote_nullable(_grant_level.level)
+            USING ERRCODE = '22023';
+    END IF;
+    EXECUTE format('GRANT USAGE ON SCHEMA jobq TO %I', grantee);
+    FOREACH fn IN ARRAY functions LOOP
+        EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', fn, grantee);
+    END LOOP;
+    IF _grant_level.level = 'admin' THEN
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.jobs TO %I', grantee);
+        EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq TO %I', grantee);
+        EXECUTE format('GRANT SELECT ON TABLE jobq.health TO %I', grantee);
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._grant_level(regrole, text) IS
+    'Internal: grants the privileges of one access level (producer, worker, admin).';
+REVOKE ALL ON FUNCTION jobq._grant_level(regrole, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._grant_level(regrole, text) TO @extowner@;
+
+CREATE FUNCTION jobq.grant_producer(role regrole)
+RETURNS void
+LANGUAGE sql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT jobq._grant_level(grant_producer.role, 'producer') $$;
+COMMENT ON FUNCTION jobq.grant_producer(regrole) IS
+    'Let role enqueue jobs (jobq.enqueue, jobq.enqueue_many); no access to the jobs table. Owner or superuser only.';
+REVOKE ALL ON FUNCTION jobq.grant_producer(regrole) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.grant_producer(regrole) TO @extowner@;
+
+CREATE FUNCTION jobq.grant_worker(role regrole)
+RETURNS void
+LANGUAGE sql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT jobq._grant_level(grant_worker.role, 'worker') $$;
+COMMENT ON FUNCTION jobq.grant_worker(regrole) IS
+    'Let role work jobs (claim, heartbeat, complete, fail, release and their batch forms) and recover expired leases (reap); no access to the jobs table. Owner or superuser only.';
+REVOKE ALL ON FUNCTION jobq.grant_worker(regrole) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.grant_worker(regrole) TO @extowner@;
+
+CREATE FUNCTION jobq.grant_admin(role regrole)
+RETURNS void
+LANGUAGE sql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT jobq._grant_level(grant_admin.role, 'admin') $$;
+COMMENT ON FUNCTION jobq.grant_admin(regrole) IS
+    'Let role do everything with the queue: every function, retry_failed, purge, stats, jobq.health, and read and write jobq.jobs. Owner or superuser only.';
+REVOKE ALL ON FUNCTION jobq.grant_admin(regrole) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.grant_admin(regrole) TO @extowner@;
+
+/*
+ * jobq.revoke_all(role): returns nothing.  Takes back every privilege the
+ * three levels give (admin's include the other two's); grants made by hand
+ * on other objects are left alone.  Raises like jobq._grantee.
+ */
+CREATE FUNCTION jobq.revoke_all(role regrole)
+RETURNS void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    grantee name := jobq._grantee(revoke_all.role);
+    fn      regprocedure;
+BEGIN
+    EXECUTE format('REVOKE USAGE ON SCHEMA jobq FROM %I', grantee);
+    FOREACH fn IN ARRAY jobq._level_functions('admin') LOOP
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM %I', fn, grantee);
+    END LOOP;
+    EXECUTE format('REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.jobs FROM %I', grantee);
+    EXECUTE format('REVOKE USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq FROM %I', grantee);
+    EXECUTE format('REVOKE SELECT ON TABLE jobq.health FROM %I', grantee);
+END
+$$;
+COMMENT ON FUNCTION jobq.revoke_all(regrole) IS
+    'Take back from role every privilege that grant_producer, grant_worker or grant_admin gave. Owner or superuser only.';
+REVOKE ALL ON FUNCTION jobq.revoke_all(regrole) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.revoke_all(regrole) TO @extowner@;
