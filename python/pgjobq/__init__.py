@@ -7,7 +7,10 @@ Enqueue on your own connection and transaction::
         conn.execute("INSERT INTO orders ...")
         pgjobq.enqueue(conn, "emails", {"order": 42})
 
-Run handlers with :class:`Worker` or the ``pgjobq worker`` command.
+Run handlers with :class:`Worker` or the ``pgjobq worker`` command.  This
+package works with the extension versions in ``SUPPORTED_EXTENSION_VERSIONS``:
+the Worker and the CLI refuse any other when they connect, and
+:func:`check_extension` does the same for an application's own connection.
 """
 
 from __future__ import annotations
@@ -37,19 +40,23 @@ from pgjobq._client import (
 from pgjobq._errors import (
     ConfigurationError,
     Error,
+    IncompatibleExtension,
     InvalidArgument,
     JobNotFound,
     LeaseLost,
     PayloadTooLarge,
     PermissionDenied,
 )
+from pgjobq._extension import PACKAGE_VERSION, SUPPORTED_EXTENSION_VERSIONS, check_extension
 from pgjobq._job import Job
 from pgjobq._worker import Worker, WorkerSettings
 
 __all__ = [
+    "SUPPORTED_EXTENSION_VERSIONS",
     "ConfigurationError",
     "Error",
     "Health",
+    "IncompatibleExtension",
     "InvalidArgument",
     "Job",
     "JobNotFound",
@@ -60,6 +67,7 @@ __all__ = [
     "Worker",
     "WorkerSettings",
     "channel",
+    "check_extension",
     "claim",
     "complete",
     "complete_and_claim",
@@ -77,7 +85,7 @@ __all__ = [
     "stats",
 ]
 
-__version__ = "0.1.0"
+__version__ = PACKAGE_VERSION
 
 # Quiet by default: the application (or the CLI) decides what to show.
 logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -1,4 +1,4 @@
-"""The pgjobq command line: worker, enqueue, stats, retry-failed, reap.
+"""The pgjobq command line: worker, enqueue, stats, retry-failed, reap, purge, health.
 
 Every option has an environment-variable twin (shown in --help).  Errors
 print one line and exit non-zero: 1 for a refused operation or an
@@ -7,6 +7,7 @@ unreachable database, 2 for bad usage.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -22,6 +23,7 @@ import psycopg
 
 from pgjobq import _client
 from pgjobq._errors import Error, first_line
+from pgjobq._extension import check_extension
 from pgjobq._worker import Handler, Worker, WorkerSettings
 
 __all__ = ["main"]
@@ -37,13 +39,6 @@ def _dsn_option(func: F) -> F:
         default="",
         help="libpq connection string or URI; empty: the PG* environment (PGHOST, PGDATABASE, ...).",
     )(func)
-
-
-def _queue_option(func: F) -> F:
-    return click.option(
-        "--queue", envvar="PGJOBQ_QUEUE", show_envvar=True, default="default", show_default=True,
-        help="Queue name.",
-    )(func)  # fmt: skip
 
 
 def _json_option(func: F) -> F:
@@ -70,8 +65,9 @@ def _one_line_errors() -> Iterator[None]:
 
 @contextmanager
 def _connection(dsn: str) -> Iterator[psycopg.Connection[Any]]:
-    """A connection for one CLI command, with one-line errors."""
+    """A connection for one CLI command, to a database whose pgjobq this package supports; one-line errors."""
     with _one_line_errors(), psycopg.connect(dsn, autocommit=True) as conn:
+        check_extension(conn)
         yield conn
 
 
@@ -98,104 +94,67 @@ def load_handler(spec: str) -> Handler:
     return handler  # type: ignore[no-any-return]
 
 
+def _setting(flag: str, help: str, *, envvar: str | None = None, **options: Any) -> Callable[[F], F]:
+    """A worker option for the WorkerSettings field it names, with that field's default: one source.
+
+    ``--poll-interval`` sets ``poll_interval``, from PGJOBQ_POLL_INTERVAL
+    unless ``envvar`` says otherwise.
+    """
+    setting = flag.split("/")[0].removeprefix("--").replace("-", "_")
+    default = _SETTINGS[setting].default
+    if default is dataclasses.MISSING:  # a default_factory (name): the help text says what it is
+        default = None
+    if isinstance(default, (int, float)) and not isinstance(default, bool):
+        options.setdefault("type", type(default))
+    return click.option(
+        flag,
+        setting,
+        envvar=envvar or f"PGJOBQ_{setting.upper()}",
+        show_envvar=True,
+        default=default,
+        show_default=default is not None and not options.get("is_flag", False),
+        help=help,
+        **options,
+    )
+
+
+_SETTINGS = {field.name: field for field in dataclasses.fields(WorkerSettings)}
+
+
 @main.command()
 @click.argument("handler", metavar="MODULE:FUNCTION")
 @_dsn_option
-@_queue_option
-@click.option(
-    "--batch",
-    envvar="PGJOBQ_BATCH",
-    show_envvar=True,
-    type=int,
-    default=10,
-    show_default=True,
-    help="Jobs claimed per round trip.",
-)
-@click.option(
-    "--concurrency",
-    envvar="PGJOBQ_CONCURRENCY",
-    show_envvar=True,
-    type=int,
-    default=1,
-    show_default=True,
-    help="Handlers running at once (threads).",
-)
-@click.option(
-    "--burst",
-    envvar="PGJOBQ_BURST",
-    show_envvar=True,
-    is_flag=True,
-    help="Exit once the queue has no runnable job.",
-)
-@click.option(
-    "--poll-interval",
-    envvar="PGJOBQ_POLL_INTERVAL",
-    show_envvar=True,
-    type=float,
-    default=1.0,
-    show_default=True,
-    help="Seconds between polls when no notification arrives.",
-)
-@click.option(
+@_setting("--queue", "Queue name.")
+@_setting("--batch", "Jobs claimed per round trip.")
+@_setting("--concurrency", "Handlers running at once (threads).")
+@_setting("--burst", "Exit once the queue has no runnable job.", is_flag=True)
+@_setting("--poll-interval", "Seconds between polls when no notification arrives.")
+@_setting(
     "--lease-timeout",
-    envvar="PGJOBQ_LEASE_TIMEOUT",
-    show_envvar=True,
-    type=float,
-    default=60.0,
-    show_default=True,
-    help="Seconds after which a running job without heartbeat is reaped.",
+    "Seconds a job's lease lasts: the database stores its expiry on the job, each heartbeat extends it "
+    "by this much again, and any worker reaps the job once it has expired.",
 )
-@click.option(
+@_setting(
     "--heartbeat-interval",
-    envvar="PGJOBQ_HEARTBEAT_INTERVAL",
-    show_envvar=True,
+    "Seconds between heartbeats of jobs in hand [default: lease timeout / 4].",
     type=float,
-    default=None,
-    help="Seconds between heartbeats of jobs in hand [default: lease timeout / 4].",
 )
-@click.option(
-    "--reap-interval",
-    envvar="PGJOBQ_REAP_INTERVAL",
-    show_envvar=True,
-    type=float,
-    default=10.0,
-    show_default=True,
-    help="Seconds between runs of jobq.reap.",
-)
-@click.option(
+@_setting("--reap-interval", "Seconds between runs of jobq.reap (recovers jobs whose lease expired).")
+@_setting(
     "--listen/--no-listen",
-    envvar="PGJOBQ_LISTEN",
-    show_envvar=True,
-    default=True,
-    show_default=True,
-    help="Wake on NOTIFY (polling always runs underneath; a probe at each connect checks that "
+    "Wake on NOTIFY (polling always runs underneath; a probe at each connect checks that "
     "notifications arrive, and the worker falls back to polling when they do not).",
 )
-@click.option(
+@_setting(
     "--prepared-statements/--no-prepared-statements",
-    envvar="PGJOBQ_PREPARED_STATEMENTS",
-    show_envvar=True,
-    default=True,
-    show_default=True,
-    help="Let psycopg prepare statements it runs often. Turn off behind PgBouncer in transaction "
+    "Let psycopg prepare statements it runs often. Turn off behind PgBouncer in transaction "
     "pooling mode before 1.21, where prepared statements do not survive from one transaction to the next.",
 )
-@click.option(
+@_setting(
     "--reconnect-delay-max",
-    envvar="PGJOBQ_RECONNECT_DELAY_MAX",
-    show_envvar=True,
-    type=float,
-    default=10.0,
-    show_default=True,
-    help="Longest wait, in seconds, between attempts to reach the database (the wait doubles from 0.5 s).",
+    "Longest wait, in seconds, between attempts to reach the database (the wait doubles from 0.5 s).",
 )
-@click.option(
-    "--name",
-    envvar="PGJOBQ_WORKER_NAME",
-    show_envvar=True,
-    default=None,
-    help="Worker name recorded in locked_by [default: host:pid].",
-)
+@_setting("--name", "Worker name recorded in locked_by [default: host:pid].", envvar="PGJOBQ_WORKER_NAME")
 @click.option(
     "--log-level",
     envvar="PGJOBQ_LOG_LEVEL",
@@ -207,19 +166,9 @@ def load_handler(spec: str) -> Handler:
 def worker(
     handler: str,
     dsn: str,
-    queue: str,
-    batch: int,
-    concurrency: int,
-    burst: bool,
-    poll_interval: float,
-    lease_timeout: float,
-    heartbeat_interval: float | None,
-    reap_interval: float,
-    listen: bool,
-    prepared_statements: bool,
-    reconnect_delay_max: float,
-    name: str | None,
     log_level: str,
+    name: str | None,
+    **settings: Any,
 ) -> None:
     """Run MODULE:FUNCTION on each job of a queue until SIGTERM/SIGINT (or --burst).
 
@@ -230,15 +179,10 @@ def worker(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     function = load_handler(handler)
-    options: dict[str, Any] = {"name": name} if name else {}
+    if name:  # else WorkerSettings' own default, host:pid
+        settings["name"] = name
     with _one_line_errors():
-        settings = WorkerSettings(
-            queue=queue, batch=batch, concurrency=concurrency, poll_interval=poll_interval,
-            lease_timeout=lease_timeout, heartbeat_interval=heartbeat_interval,
-            reap_interval=reap_interval, listen=listen, burst=burst,
-            prepared_statements=prepared_statements, reconnect_delay_max=reconnect_delay_max, **options,
-        )  # fmt: skip
-        runner = Worker(dsn, function, settings)
+        runner = Worker(dsn, function, WorkerSettings(**settings))
         runner.run()
     if runner.abandoned:
         # A second signal: handler threads cannot be interrupted and would keep
@@ -364,16 +308,16 @@ def retry_failed(dsn: str, queue: str | None, ids: tuple[int, ...]) -> None:
     envvar="PGJOBQ_STALE",
     show_envvar=True,
     type=float,
-    default=60.0,
-    show_default=True,
-    help="Seconds after which a running job's lease is stale.",
+    default=None,
+    help="Also require a job's lease to be older than this many seconds [default: each job's own "
+    "lease expiry decides].",
 )
-def reap(dsn: str, stale: float) -> None:
-    """Recover running jobs whose lease went stale (normally the workers do this)."""  # fmt: skip
-    if stale <= 0:
+def reap(dsn: str, stale: float | None) -> None:
+    """Recover running jobs whose lease expired (normally the workers do this)."""  # fmt: skip
+    if stale is not None and stale <= 0:
         raise click.BadParameter("must be positive", param_hint="--stale")
     with _connection(dsn) as conn:
-        reaped = _client.reap(conn, timedelta(seconds=stale))
+        reaped = _client.reap(conn, None if stale is None else timedelta(seconds=stale))
     click.echo(f"{len(reaped)} job(s) recovered")
 
 

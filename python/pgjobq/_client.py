@@ -197,6 +197,15 @@ def _moment(name: str, value: object) -> datetime | None:
     return value
 
 
+def _lease_timeout(value: object) -> timedelta:
+    if not isinstance(value, timedelta):
+        raise InvalidArgument(f"lease_timeout must be a timedelta, got {type(value).__name__}")
+    return value
+
+
+DEFAULT_LEASE_TIMEOUT = timedelta(seconds=60)
+
+
 def _held(job_id: object, lease: object) -> dict[str, int]:
     """The parameters naming one claim of a job."""
     return {"id": _bigint("id", job_id), "lease": _bigint("lease", lease)}
@@ -252,10 +261,21 @@ def enqueue_many(
     return [int(i) for i in _fetch(conn, "enqueue_many", params)[0][0]]
 
 
-def claim(conn: Conn, queue: str, n: int, worker: str) -> list[Job]:
-    """Claim up to n runnable jobs of queue for worker."""
+def claim(
+    conn: Conn, queue: str, n: int, worker: str, *, lease_timeout: timedelta = DEFAULT_LEASE_TIMEOUT
+) -> list[Job]:
+    """Claim up to n runnable jobs of queue for worker, each under a lease that expires after lease_timeout.
+
+    Heartbeats extend a lease by its own lease_timeout; jobq.reap recovers
+    the job once it has expired.
+    """
+    params = {
+        "queue": _text("queue", queue),
+        "n": _integer("n", n),
+        "worker": _text("worker", worker),
+        "lease_timeout": _lease_timeout(lease_timeout),
+    }
     with translated(), conn.cursor(row_factory=class_row(Job)) as cur:
-        params = {"queue": _text("queue", queue), "n": _integer("n", n), "worker": _text("worker", worker)}
         return cur.execute(query("claim"), params).fetchall()
 
 
@@ -275,13 +295,19 @@ def complete_many(conn: Conn, acks: Sequence[tuple[int, int]]) -> set[int]:
 
 
 def complete_and_claim(
-    conn: Conn, acks: Sequence[tuple[int, int]], queue: str, n: int, worker: str
+    conn: Conn,
+    acks: Sequence[tuple[int, int]],
+    queue: str,
+    n: int,
+    worker: str,
+    *,
+    lease_timeout: timedelta = DEFAULT_LEASE_TIMEOUT,
 ) -> tuple[set[int], list[Job]]:
     """Acknowledge (id, lease) pairs and claim up to n more jobs of queue, in one statement.
 
     Returns the ids acknowledged (pairs left out had a stale lease) and the
-    jobs claimed.  If the claim's arguments are refused, nothing is
-    acknowledged either.
+    jobs claimed, under leases of lease_timeout as with claim.  If the
+    claim's arguments are refused, nothing is acknowledged either.
     """
     pairs = [_held(job_id, lease) for job_id, lease in acks]
     params = {
@@ -290,6 +316,7 @@ def complete_and_claim(
         "queue": _text("queue", queue),
         "n": _integer("n", n),
         "worker": _text("worker", worker),
+        "lease_timeout": _lease_timeout(lease_timeout),
     }
     acknowledged: set[int] = set()
     claimed: list[Job] = []
@@ -325,10 +352,15 @@ def release(conn: Conn, job_id: int, lease: int) -> None:
     _fetch(conn, "release", _held(job_id, lease))
 
 
-def reap(conn: Conn, stale: timedelta = timedelta(seconds=60)) -> list[tuple[int, str, str]]:
-    """Recover jobs whose lease is older than stale; return (id, queue, new status) of each."""
-    if not isinstance(stale, timedelta) or stale <= timedelta(0):
-        raise InvalidArgument(f"stale must be a positive timedelta, got {stale!r}")
+def reap(conn: Conn, stale: timedelta | None = None) -> list[tuple[int, str, str]]:
+    """Recover the running jobs whose lease expired; return (id, queue, new status) of each.
+
+    Each job is judged by its own lease (the lease_timeout it was claimed
+    with).  stale, when given, holds reaping back further: a job must also
+    have been claimed or extended more than stale ago.
+    """
+    if stale is not None and (not isinstance(stale, timedelta) or stale <= timedelta(0)):
+        raise InvalidArgument(f"stale must be a positive timedelta or None, got {stale!r}")
     return [(int(r[0]), str(r[1]), str(r[2])) for r in _fetch(conn, "reap", {"stale": stale})]
 
 

@@ -7,6 +7,7 @@ import psycopg
 __all__ = [
     "ConfigurationError",
     "Error",
+    "IncompatibleExtension",
     "InvalidArgument",
     "JobNotFound",
     "LeaseLost",
@@ -55,6 +56,10 @@ class PermissionDenied(Error):
 
 class ConfigurationError(Error, ValueError):
     """A worker or CLI setting makes no sense (raised before touching the database)."""
+
+
+class IncompatibleExtension(Error):
+    """The database has no pgjobq extension, or a version of it this package does not support."""
 
 
 _BY_SQLSTATE: dict[str, type[Error]] = {

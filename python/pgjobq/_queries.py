@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import re
 from importlib import resources
-from typing import LiteralString
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing.LiteralString is Python 3.11's; annotations are not evaluated at run time
+    from typing import LiteralString
 
 __all__ = ["query"]
 

@@ -15,10 +15,13 @@ run on a pool of that many threads.  The loop:
   (``jobq.complete_and_claim``: one round trip and one commit for both), or,
   while handlers are busy, in one ``jobq.complete_many`` once the batch in
   hand is over or the oldest result has waited ``ack_interval``;
-- heartbeats the jobs in hand every ``heartbeat_interval``, so the reaper
-  leaves long jobs alone;
-- runs ``jobq.reap`` every ``reap_interval`` (if its role may not, it says
-  so once and leaves reaping to an admin-level role);
+- claims each job under a lease of ``lease_timeout``, which the database
+  stores on the job; heartbeats the jobs in hand every
+  ``heartbeat_interval``, which extends each lease by its own length, so
+  the reaper leaves long jobs alone;
+- runs ``jobq.reap`` every ``reap_interval``, which recovers the jobs whose
+  lease expired, whoever held them (the worker level may reap; a role that
+  may not is told so once and leaves reaping to others);
 - with nothing to do, waits on LISTEN for a notification or
   ``poll_interval``, whichever comes first: a lost notification costs at
   most one poll interval.  LISTEN is not trusted blindly: after each
@@ -32,12 +35,16 @@ run on a pool of that many threads.  The loop:
   caller's thread);
 - when the database goes away, reconnects with capped exponential backoff
   and carries on; acknowledgements pending meanwhile are sent afterwards
-  (the database refuses any whose lease was reaped in between).
+  (the database refuses any whose lease was reaped in between);
+- refuses to start on a database whose pgjobq extension this package does
+  not support (IncompatibleExtension), and refuses a coroutine function as
+  handler (ConfigurationError): its jobs would be marked done without running.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import math
 import os
@@ -60,6 +67,7 @@ from psycopg import sql
 
 from pgjobq import _client
 from pgjobq._errors import ConfigurationError, JobNotFound, LeaseLost, PermissionDenied, first_line
+from pgjobq._extension import check_extension
 from pgjobq._job import Job
 from pgjobq._queries import query
 
@@ -100,9 +108,12 @@ def _is_number(value: object) -> TypeGuard[int | float]:
 class WorkerSettings:
     """How a worker claims, waits and recovers.  Times are in seconds.
 
-    ``lease_timeout`` is the stale interval the worker passes to
-    ``jobq.reap``: a running job whose lease is older goes back to its queue.
-    ``heartbeat_interval`` defaults to a quarter of it.
+    ``lease_timeout`` is the length of the leases the worker claims under:
+    the database stores each lease's expiry on its job, every heartbeat
+    extends it by that length, and ``jobq.reap`` (run by any worker)
+    recovers a job only once its own lease has expired, so workers with
+    different lease lengths share a queue safely.  ``heartbeat_interval``
+    defaults to a quarter of it.
 
     ``prepared_statements=False`` stops psycopg from preparing the statements
     it runs often (``prepare_threshold=None``).  Turn it off behind PgBouncer
@@ -175,6 +186,32 @@ class _Running:
     future: Future[None]
 
 
+def _is_coroutine_function(handler: object) -> bool:
+    """Whether handler is an async def, or an object whose __call__ is one: calling it makes a coroutine."""
+    call = type(handler).__call__ if not inspect.isroutine(handler) else None
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+def _name(handler: object) -> str:
+    return str(getattr(handler, "__qualname__", None) or repr(handler))
+
+
+def _call(handler: Handler, job: Job) -> None:
+    """Run handler on job; one that hands back something to await fails the job instead of completing it.
+
+    Start-up refuses coroutine functions, but a wrapper (a lambda, a partial)
+    can still return a coroutine: its job must not count as done.
+    """
+    result = handler(job)
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()  # never started: no "was never awaited" warning
+        raise TypeError(
+            f"handler {_name(handler)} returned {type(result).__name__}, an awaitable this Worker cannot "
+            "await: the job did not run"
+        )
+
+
 class _GiveUp(BaseException):
     """Raised by a second SIGTERM/SIGINT into a handler running on the worker's own thread."""
 
@@ -188,9 +225,16 @@ class Worker:
     """
 
     def __init__(self, conninfo: str, handler: Handler, settings: WorkerSettings | None = None) -> None:
+        if _is_coroutine_function(handler):
+            raise ConfigurationError(
+                f"handler {_name(handler)} is a coroutine function (async def): this Worker calls its "
+                "handler and would mark each job done without awaiting it; give it a plain function "
+                "(one that calls asyncio.run, for instance)"
+            )
         self.conninfo = conninfo
         self.handler = handler
         self.settings = settings or WorkerSettings()
+        self._lease_timeout = timedelta(seconds=self.settings.lease_timeout)
         self.processed = 0
         self.abandoned = 0  # jobs left in hand by a forced stop (a second stop())
         self._stop = threading.Event()
@@ -329,10 +373,17 @@ class Worker:
                     self.settings.queue,
                     self.settings.batch,
                     self.settings.name,
+                    lease_timeout=self._lease_timeout,
                 )
                 self._acknowledged(successes, accepted)
             else:
-                jobs = _client.claim(self._conn, self.settings.queue, self.settings.batch, self.settings.name)
+                jobs = _client.claim(
+                    self._conn,
+                    self.settings.queue,
+                    self.settings.batch,
+                    self.settings.name,
+                    lease_timeout=self._lease_timeout,
+                )
         now = time.monotonic()
         with self._lock:
             self._leased_at.update((job.id, now) for job in jobs)
@@ -366,7 +417,7 @@ class Worker:
                     self._keeper_wake.notify()
             self._in_handler = True
             try:
-                self.handler(job)
+                _call(self.handler, job)
             except _GiveUp:
                 raise  # a second signal: the job stays _current, to be abandoned
             except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
@@ -382,7 +433,7 @@ class Worker:
     def _run_handler(self, job: Job) -> None:
         """Runs on a handler thread: records the handler's exception (None on success) in _finished."""
         try:
-            self.handler(job)
+            _call(self.handler, job)
         except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
             self._finished.append((job, exc))
         else:
@@ -619,33 +670,34 @@ class Worker:
             self._keeper = None
 
     def _reap(self) -> None:
-        """Run jobq.reap, unless this worker's role was refused it: then say so once and stop trying.
+        """Recover the jobs whose lease expired (jobq.reap), unless this worker's role was refused it.
 
-        A worker-level role (jobq.grant_worker) may not reap; an admin-level
-        role or a scheduled ``SELECT jobq.reap()`` must do it instead.
+        Every level that may claim may reap (jobq.grant_worker and
+        grant_admin).  A role that was given less is told so once; other
+        workers, or a scheduled ``SELECT jobq.reap()``, must then reap.
         """
         assert self._conn is not None
         if not self._may_reap:
             return
-        stale = timedelta(seconds=self.settings.lease_timeout)
         try:
-            reaped = _client.reap(self._conn, stale)
+            reaped = _client.reap(self._conn)
         except PermissionDenied as exc:
             self._may_reap = False
             logger.warning(
-                "not reaping: jobq.reap was refused to this worker's role (%s); reaping is left to an "
-                "admin-level role or a scheduled SELECT jobq.reap()",
+                "not reaping: jobq.reap was refused to this worker's role (%s); reaping is left to other "
+                "workers or a scheduled SELECT jobq.reap()",
                 first_line(exc),
             )
             return
         for job_id, queue, status in reaped:
-            logger.warning("reaped job %d of queue %s: its lease went stale; now %s", job_id, queue, status)
+            logger.warning("reaped job %d of queue %s: its lease expired; now %s", job_id, queue, status)
 
     # -- connections --------------------------------------------------------
 
     def _connect(self) -> None:
         if self._conn is None or self._conn.closed:
             self._conn = self._open("worker")
+            check_extension(self._conn)
             # Behind a transaction-pooling PgBouncer a LISTEN left on a shared
             # server connection can deliver notifications here; drop them
             # (psycopg would otherwise keep them for a notifies() never called).

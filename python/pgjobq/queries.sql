@@ -20,14 +20,15 @@ SELECT jobq.enqueue_many(%(queue)s,
 
 -- name: claim
 SELECT id, queue, payload, priority, attempts, max_attempts, lease
-  FROM jobq.claim(%(queue)s, %(n)s, %(worker)s)
+  FROM jobq.claim(%(queue)s, %(n)s, %(worker)s, %(lease_timeout)s::interval)
 
 -- name: complete_and_claim
 -- acknowledged jobs first (status done: only their id is needed, so their
 -- payload is not sent), then the claimed ones (status running)
 SELECT status, id, queue, CASE WHEN status = 'running' THEN payload END AS payload,
        priority, attempts, max_attempts, lease
-  FROM jobq.complete_and_claim(%(ids)s::bigint[], %(leases)s::bigint[], %(queue)s, %(n)s, %(worker)s)
+  FROM jobq.complete_and_claim(%(ids)s::bigint[], %(leases)s::bigint[], %(queue)s, %(n)s, %(worker)s,
+                               %(lease_timeout)s::interval)
 
 -- name: complete
 SELECT jobq.complete(%(id)s, %(lease)s)
@@ -65,6 +66,11 @@ SELECT pg_notify(%(channel)s, '')
 
 -- name: purge
 SELECT jobq.purge(%(older_than)s, max_rows => %(max_rows)s, include_failed => %(include_failed)s)
+
+-- name: extension_version
+-- read from the catalog, not jobq.version(), so that a database with an older
+-- pgjobq, or none, is told apart from one with the right version
+SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pgjobq'
 
 -- name: health
 SELECT queued, runnable, running, failed, oldest_runnable_age, live_tuples, dead_tuples, total_bytes,
