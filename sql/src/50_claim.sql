@@ -128,7 +128,7 @@ BEGIN
                coalesce(until, statement_timestamp() + interval '2 seconds')
           FROM jobq.jobs AS p
          WHERE p.id = picked[cardinality(picked)]
-            ON CONFLICT (queue) DO UPDATE
+            ON CONFLICT ON CONSTRAINT _claim_hints_pkey DO UPDATE
            SET priority = excluded.priority, run_at = excluded.run_at, id = excluded.id,
                until = excluded.until;
     END IF;
