@@ -14,7 +14,7 @@ from psycopg.pq import TransactionStatus
 import pgjobq
 from pgjobq import Job, Worker, WorkerSettings
 
-from helpers.sqlhelpers import Connect, Db
+from helpers.sqlhelpers import Connect, Db, make_stale
 
 
 def job_count(db: Db) -> int:
@@ -106,8 +106,8 @@ def test_oversized_payload_raises_payload_too_large(db: Db) -> None:
 def test_stale_lease_raises_lease_lost(db: Db) -> None:
     pgjobq.enqueue(db, "default", {})
     (job,) = pgjobq.claim(db, "default", 1, "w1")
-    db.execute("UPDATE jobq.jobs SET locked_at = now() - interval '1 hour'")
-    pgjobq.reap(db, timedelta(seconds=60))
+    make_stale(db, job.id, "1 hour")
+    pgjobq.reap(db)
     db.execute("UPDATE jobq.jobs SET run_at = now()")
     (again,) = pgjobq.claim(db, "default", 1, "w2")
 

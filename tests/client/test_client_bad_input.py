@@ -32,7 +32,7 @@ import pgjobq
 from pgjobq import WorkerSettings
 
 from helpers.processes import run_cli
-from helpers.sqlhelpers import Connect
+from helpers.sqlhelpers import Connect, make_stale
 from throwaway_pg import ThrowawayPostgres
 
 Conn = psycopg.Connection[Any]
@@ -93,8 +93,8 @@ def jobs(shared: Connect) -> Jobs:
     running, done = pgjobq.enqueue_many(db, "default", [{"n": 2}, {"n": 3}])
     assert {job.id for job in pgjobq.claim(db, "default", 2, "w1")} == {running, done}
     pgjobq.complete(db, done, 1)
-    db.execute("UPDATE jobq.jobs SET locked_at = now() - interval '1 hour' WHERE id = %s", (running,))
-    pgjobq.reap(db, timedelta(seconds=60))
+    make_stale(db, running, "1 hour")
+    pgjobq.reap(db)
     db.execute("UPDATE jobq.jobs SET run_at = now() WHERE id = %s", (running,))
     (again,) = pgjobq.claim(db, "default", 1, "w2")
     assert (again.id, again.lease) == (running, 2)

@@ -95,8 +95,12 @@ def make_runnable(db: Db, job_id: int) -> None:
 
 
 def make_stale(db: Db, job_id: int, age: str = "10 minutes") -> None:
-    """Age a running job's lease, as if its worker had died that long ago."""
-    db.execute("UPDATE jobq.jobs SET locked_at = now() - %s::interval WHERE id = %s", (age, job_id))
+    """Age a running job's lease, as if its worker had died that long ago (its length stays the same)."""
+    db.execute(
+        "UPDATE jobq.jobs SET locked_at = now() - %(age)s::interval,"
+        " lease_expires_at = now() - %(age)s::interval + (lease_expires_at - locked_at) WHERE id = %(id)s",
+        {"age": age, "id": job_id},
+    )
 
 
 def statuses(db: Db) -> dict[str, int]:

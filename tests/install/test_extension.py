@@ -45,7 +45,7 @@ def test_the_functions_work_with_an_empty_search_path(db: Db) -> None:
     db.execute("SELECT jobq.heartbeat(%s, %s)", (job_id, leases[job_id]))
     db.execute("SELECT jobq.fail(%s, 'boom', %s)", (job_id, leases.pop(job_id)))
     done = db.execute("SELECT jobq.complete_many(%s, %s)", (list(leases), list(leases.values()))).fetchall()
-    db.execute("SELECT * FROM jobq.reap('1 minute')")
+    db.execute("SELECT * FROM jobq.reap()")
     redriven = db.execute("SELECT jobq.retry_failed('default')").fetchall()
     stats = db.execute("SELECT queued, done, failed FROM jobq.stats()").fetchall()
 
@@ -91,7 +91,8 @@ def test_every_object_of_the_extension_has_a_comment(db: Db) -> None:
         "index jobq.jobs_claim_idx",
         "index jobq.jobs_reap_idx",
         "trigger jobs_notify_trg on table jobq.jobs",
-        "function jobq.claim(text,integer,text)",
+        "function jobq.claim(text,integer,text,interval)",
+        "table jobq._claim_hints",
     } <= objects
     functions = scalar(db, "SELECT count(*) FROM pg_proc WHERE pronamespace = 'jobq'::regnamespace")
     assert sum(name.startswith("function ") for name in objects) == functions
@@ -218,7 +219,7 @@ def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server
                 SELECT r.rolname,
                        has_function_privilege(r.oid, 'jobq.enqueue_many(text, jsonb[], integer,'
                                               ' timestamptz, integer)', 'EXECUTE') AS enqueue,
-                       has_function_privilege(r.oid, 'jobq.claim(text, integer, text)',
+                       has_function_privilege(r.oid, 'jobq.claim(text, integer, text, interval)',
                                               'EXECUTE') AS claim
                   FROM pg_roles AS r WHERE r.rolname IN (%s, %s) ORDER BY r.rolname = %s DESC
                 """,

@@ -123,10 +123,11 @@ def test_every_api_call_under_a_hostile_search_path_is_correct_and_runs_no_plant
     db.execute("SELECT jobq.release(id, lease) FROM jobq.claim('emails', 1, 'w2')")
     stale_id = scalar(db, "SELECT id FROM jobq.claim('emails', 1, 'w3')")
     db.execute(  # the test's own statement must not trip the planted = either
-        "UPDATE jobq.jobs SET locked_at = locked_at - interval '1 hour' WHERE id OPERATOR(pg_catalog.=) %s",
+        "UPDATE jobq.jobs SET locked_at = locked_at - interval '1 hour',"
+        " lease_expires_at = lease_expires_at - interval '1 hour' WHERE id OPERATOR(pg_catalog.=) %s",
         (stale_id,),
     )
-    reaped = db.execute("SELECT count(*) AS n FROM jobq.reap('1 minute')").fetchone()
+    reaped = db.execute("SELECT count(*) AS n FROM jobq.reap()").fetchone()
     redriven = [row["retry_failed"] for row in db.execute("SELECT jobq.retry_failed('emails')")]
     stats = db.execute("SELECT queue, done, failed FROM jobq.stats()").fetchall()
     channel = scalar(db, "SELECT jobq.channel('emails')")

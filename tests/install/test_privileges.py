@@ -34,6 +34,7 @@ ATTEMPTS: dict[str, str] = {
         " 'emails', 1, 'w1')"
     ),
     "channel": "SELECT jobq.channel('emails')",
+    "version": "SELECT jobq.version()",
     "reap": "SELECT * FROM jobq.reap()",
     "retry_failed": "SELECT jobq.retry_failed()",
     "stats": "SELECT * FROM jobq.stats()",
@@ -51,10 +52,10 @@ ATTEMPTS: dict[str, str] = {
     "sequence": "SELECT nextval('jobq.jobs_id_seq')",
 }
 
-PRODUCER = {"enqueue", "enqueue_many", "channel"}
+PRODUCER = {"enqueue", "enqueue_many", "channel", "version"}
 WORKER = {
     *("claim", "complete", "complete_many", "complete_and_claim"),
-    *("fail", "heartbeat", "heartbeat_many", "release", "channel"),
+    *("fail", "heartbeat", "heartbeat_many", "release", "reap", "channel", "version"),
 }
 ADMIN = set(ATTEMPTS) - {"grant_producer", "grant_worker", "grant_admin", "revoke_all"}
 

@@ -378,6 +378,42 @@ CLAIM_CASES = [
         "worker",
         "w" * 100_000,
     ),
+    case(
+        "claim-null-lease-timeout",
+        "SELECT * FROM jobq.claim('default', 1, 'w1', NULL)",
+        "22004",
+        "lease_timeout",
+    ),
+    case(
+        "claim-zero-lease-timeout",
+        "SELECT * FROM jobq.claim('default', 1, 'w1', '0 s')",
+        "22023",
+        "lease_timeout",
+    ),
+    case(
+        "claim-negative-lease-timeout",
+        "SELECT * FROM jobq.claim('default', 1, 'w1', '-30 s')",
+        "22023",
+        "lease_timeout",
+    ),
+    case(
+        "claim-lease-timeout-over-a-day",
+        "SELECT * FROM jobq.claim('default', 1, 'w1', '1 day 1 s')",
+        "22023",
+        "lease_timeout",
+    ),
+    case(
+        "claim-lease-timeout-month-minus-30-days",
+        "SELECT * FROM jobq.claim('default', 1, 'w1', '1 month -30 days')",
+        "22023",
+        "lease_timeout",
+    ),
+    case(
+        "complete-and-claim-null-lease-timeout",
+        "SELECT * FROM jobq.complete_and_claim('{}', '{}', 'default', 1, 'w1', lease_timeout => NULL)",
+        "22004",
+        "lease_timeout",
+    ),
 ]
 
 # complete, heartbeat, release and fail take (id, lease) and refuse alike.
@@ -502,7 +538,6 @@ COMPLETE_MANY_CASES = [
 ]
 
 OPERATING_CASES = [
-    case("reap-null-stale", "SELECT * FROM jobq.reap(NULL)", "22004", "stale"),
     case("reap-zero-stale", "SELECT * FROM jobq.reap('0 s')", "22023", "stale"),
     case("reap-negative-stale", "SELECT * FROM jobq.reap('-1 min')", "22023", "stale"),
     case("reap-month-minus-30-days-stale", "SELECT * FROM jobq.reap('1 month -30 days')", "22023", "stale"),

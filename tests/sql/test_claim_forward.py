@@ -2,8 +2,9 @@
 
 Every claimed job leaves a dead entry at the start of the claim index until
 vacuum clears it.  A claim that walked more than 1,000 of them in vain puts
-its session in forward mode: for 2 seconds its claims scan on from the last
-job it claimed.  The session's position is the setting jobq.claim_hint.
+the queue in forward mode: for 2 seconds the claims of that queue, from any
+session, scan on from the last job that claim took.  The position lives in
+the table jobq._claim_hints, one row per queue, never in a session.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers.sqlhelpers import Connect, Db, fill, scalar
-
-FAR = 4_000_000_000_000_000  # an "until" long after the test (microseconds since 1970)
+from helpers.sqlhelpers import Connect, Db, fill
 
 
-def claim_ids(db: Db, n: int) -> list[int]:
-    return [row["id"] for row in db.execute("SELECT id FROM jobq.claim('default', %s, 'w1')", (n,))]
+def claim_ids(db: psycopg.Connection[Any], n: int, queue: str = "default") -> list[int]:
+    rows = db.execute("SELECT id FROM jobq.claim(%s, %s, 'w1')", (queue, n)).fetchall()
+    return [row["id"] if isinstance(row, dict) else row[0] for row in rows]
 
 
 def claim_and_complete(db: Db, n: int) -> list[int]:
@@ -30,21 +30,21 @@ def claim_and_complete(db: Db, n: int) -> list[int]:
     return [row["id"] for row in rows]
 
 
-def hint(db: Db) -> str:
-    return str(scalar(db, "SELECT coalesce(current_setting('jobq.claim_hint', true), '')"))
-
-
-def position_at(db: Db, job_id: int, until: int = FAR) -> None:
-    """Put the session in forward mode after job_id, as a bloated claim would."""
-    row = db.execute(
-        "SELECT priority, (extract(epoch FROM run_at) * 1000000)::bigint AS run_at_us"
-        " FROM jobq.jobs WHERE id = %s",
-        (job_id,),
+def hint(db: Db, queue: str = "default") -> dict[str, Any] | None:
+    """The queue's forward-mode position: the job it is at, and whether it is still in force."""
+    return db.execute(
+        "SELECT id, until > now() AS in_force FROM jobq._claim_hints WHERE queue = %s", (queue,)
     ).fetchone()
-    assert row is not None
+
+
+def position_at(db: Db, job_id: int, *, in_force: bool = True) -> None:
+    """Put the job's queue in forward mode after job_id, as a bloated claim would."""
     db.execute(
-        "SELECT set_config('jobq.claim_hint', %s, false)",
-        (f"default|{row['priority']}|{row['run_at_us']}|{job_id}|{until}",),
+        "INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until)"
+        " SELECT queue, priority, run_at, id, now() + %s::interval FROM jobq.jobs WHERE id = %s"
+        " ON CONFLICT (queue) DO UPDATE SET priority = excluded.priority, run_at = excluded.run_at,"
+        " id = excluded.id, until = excluded.until",
+        ("1 hour" if in_force else "-1 second", job_id),
     )
 
 
@@ -64,7 +64,7 @@ def test_without_dead_entries_to_walk_claims_keep_no_position(db: Db) -> None:
     for _ in range(3):
         claim_and_complete(db, 10)
 
-    assert hint(db) == ""
+    assert hint(db) is None
 
 
 @pytest.mark.usefixtures("snapshot_held")
@@ -76,8 +76,7 @@ def test_a_claim_that_walks_past_many_dead_entries_keeps_its_position(db: Db) ->
     claimed = claim_ids(db, 10)
 
     assert claimed == ids[2_000:2_010]
-    assert hint(db).startswith("default|0|")
-    assert hint(db).split("|")[3] == str(ids[2_009])
+    assert hint(db) == {"id": ids[2_009], "in_force": True}
 
 
 @pytest.mark.usefixtures("snapshot_held")
@@ -91,12 +90,40 @@ def test_in_forward_mode_claims_go_on_in_order(db: Db) -> None:
     assert claimed == [ids[start : start + 10] for start in range(2_000, 2_050, 10)]
 
 
+@pytest.mark.usefixtures("snapshot_held")
+def test_the_position_is_shared_by_every_session_claiming_the_queue(db: Db, connect: Connect) -> None:
+    ids = fill(db, 2_100)
+    claim_and_complete(db, 1_000)
+    claim_and_complete(db, 1_000)
+    claim_ids(db, 10)  # walks the dead entries: the queue goes into forward mode
+    position_at(db, ids[2_009])
+    early = ids[2_005]
+    db.execute("SELECT jobq.release(id, lease) FROM jobq.jobs WHERE id = %s", (early,))
+
+    # another session scans on from the position: the released job, before it, waits
+    assert claim_ids(connect(), 1) == [ids[2_010]]
+
+
+@pytest.mark.usefixtures("snapshot_held")
+def test_forward_scans_that_walk_far_move_the_position_on(db: Db) -> None:
+    ids = fill(db, 3_200)
+    claim_and_complete(db, 1_000)
+    claim_and_complete(db, 1_000)
+    claim_and_complete(db, 10)  # in forward mode from ids[2_009]
+    position_at(db, ids[1_000])  # as if the position had stayed behind while 1,009 more jobs were claimed
+
+    claimed = claim_ids(db, 10)
+
+    assert claimed == ids[2_010:2_020]
+    assert hint(db) == {"id": ids[2_019], "in_force": True}
+
+
 def test_in_forward_mode_a_job_that_sorts_before_the_position_waits_for_a_scan_from_the_start(db: Db) -> None:
     early, middle, late = fill(db, 3)
     position_at(db, middle)
 
     assert claim_ids(db, 1) == [late]
-    position_at(db, late, until=0)  # forward mode over: the next claim scans from the start
+    position_at(db, late, in_force=False)  # forward mode over: the next claim scans from the start
     assert claim_ids(db, 1) == [early]
 
 
@@ -106,7 +133,7 @@ def test_a_higher_priority_job_waits_in_forward_mode_and_comes_first_after_it(db
     (urgent,) = fill(db, 1, priority=5)
 
     assert claim_ids(db, 1) == [second]
-    position_at(db, second, until=0)
+    position_at(db, second, in_force=False)
     assert claim_ids(db, 1) == [urgent]
 
 
@@ -117,20 +144,27 @@ def test_a_forward_scan_that_comes_up_short_scans_from_the_start(db: Db) -> None
     assert claim_ids(db, 1) == [early]
 
 
-@pytest.mark.parametrize(
-    "value",
-    [
-        "garbage",
-        "default|0|1|1",
-        "default|99999999999|0|1|" + str(FAR),
-        "default|0|9999999999999999|1|" + str(FAR),
-        "default|0|-9999999999999999|1|" + str(FAR),
-        "other|0|0|999999|" + str(FAR),
-    ],
-    ids=["garbage", "too-few-fields", "priority-out-of-range", "far-future", "far-past", "other-queue"],
-)
-def test_a_position_it_cannot_use_is_ignored(db: Db, value: str) -> None:
+def test_the_position_of_one_queue_does_not_touch_another(db: Db) -> None:
+    (other,) = fill(db, 1, queue="other")
     ids = fill(db, 3)
-    db.execute("SELECT set_config('jobq.claim_hint', %s, false)", (value,))
+    position_at(db, other)
 
     assert claim_ids(db, 3) == ids
+
+
+def test_no_function_leaves_a_setting_in_the_session(db: Db, connect: Connect) -> None:
+    """Nothing passes from one client to the next on a server connection a pooler shares."""
+    session = connect()
+    fill(db, 5)
+    position_at(db, fill(db, 1)[0], in_force=False)
+    for statement in (
+        "SELECT count(*) FROM jobq.claim('default', 2, 'w1')",
+        "SELECT count(*) FROM jobq.complete_and_claim('{}', '{}', 'default', 2, 'w1')",
+        "SELECT count(*) FROM jobq.reap()",
+        "SELECT jobq.enqueue('default', '{}')",
+    ):
+        session.execute(statement)
+
+    settings = session.execute("SELECT name FROM pg_settings WHERE name LIKE 'jobq.%'").fetchall()
+
+    assert settings == []

@@ -75,7 +75,7 @@ def test_a_stale_lease_is_left_out_and_the_job_is_not_completed(db: Db) -> None:
     (job_id,) = fill(db, 1)
     complete_and_claim(db, [], 1)
     make_stale(db, job_id)
-    db.execute("SELECT * FROM jobq.reap('1 minute')")
+    db.execute("SELECT * FROM jobq.reap()")
 
     rows = complete_and_claim(db, [(job_id, 1)], 1)
 
@@ -124,7 +124,7 @@ def test_heartbeat_many_extends_the_leases_still_held_and_leaves_out_the_rest(db
     held, reaped, finished = fill(db, 3)
     complete_and_claim(db, [], 3)
     make_stale(db, reaped)
-    db.execute("SELECT * FROM jobq.reap('1 minute')")
+    db.execute("SELECT * FROM jobq.reap()")
     db.execute("SELECT jobq.complete(%s, 1)", (finished,))
     make_stale(db, held, "30 seconds")
 

@@ -45,7 +45,7 @@ def reap_and_reclaim(db: Db) -> tuple[int, int, int]:
     job_id = enqueue(db)
     lease_a = claim_one(db, worker="worker-a")["lease"]
     make_stale(db, job_id)
-    assert [row["id"] for row in db.execute("SELECT id FROM jobq.reap('1 minute')")] == [job_id]
+    assert [row["id"] for row in db.execute("SELECT id FROM jobq.reap()")] == [job_id]
     make_runnable(db, job_id)
     lease_b = claim_one(db, worker="worker-b")["lease"]
     return job_id, lease_a, lease_b
@@ -109,7 +109,7 @@ def test_complete_of_a_reaped_job_with_its_old_lease_raises_jq001(db: Db) -> Non
     job_id = enqueue(db)
     lease = claim_one(db)["lease"]
     make_stale(db, job_id)
-    db.execute("SELECT jobq.reap('1 minute')")
+    db.execute("SELECT jobq.reap()")
 
     assert sqlstate_of(db, "SELECT jobq.complete(%s, %s)", (job_id, lease)) == "JQ001"
     assert job(db, job_id)["status"] == "queued"
@@ -158,7 +158,7 @@ def test_a_complete_waiting_on_a_reaper_is_refused_once_the_reaper_commits(db: D
     lease = claim_one(db)["lease"]
     make_stale(db, job_id)
     reaper = connect(autocommit=False)
-    assert len(reaper.execute("SELECT * FROM jobq.reap('1 minute')").fetchall()) == 1  # holds the row lock
+    assert len(reaper.execute("SELECT * FROM jobq.reap()").fetchall()) == 1  # holds the row lock
     worker = connect()
     outcome: list[str | None] = []
 
@@ -362,12 +362,67 @@ def test_heartbeat_extends_the_lease_so_the_reaper_leaves_the_job_alone(db: Db) 
     make_stale(db, job_id, "1 hour")
 
     extended_now = scalar(db, "SELECT jobq.heartbeat(%s, %s) = statement_timestamp()", (job_id, lease))
-    reaped = db.execute("SELECT * FROM jobq.reap('1 second')").fetchall()
+    reaped = db.execute("SELECT * FROM jobq.reap()").fetchall()
 
     assert extended_now is True
     assert reaped == []
     row = job(db, job_id)
     assert (row["status"], row["lease"]) == ("running", lease)
+
+
+def test_claim_stores_the_expiry_of_a_lease_of_the_length_asked_for(db: Db) -> None:
+    enqueue(db, priority=1)
+    enqueue(db)
+
+    asked = db.execute(
+        "SELECT lease_expires_at = locked_at + interval '90 seconds' AS ninety_seconds,"
+        " locked_at = statement_timestamp() AS now"
+        " FROM jobq.claim('default', 1, 'w1', lease_timeout => '90 seconds')"
+    ).fetchall()
+    by_default = db.execute(
+        "SELECT lease_expires_at = locked_at + interval '60 seconds' AS sixty_seconds"
+        " FROM jobq.claim('default', 1, 'w1')"
+    ).fetchall()
+
+    assert asked == [{"ninety_seconds": True, "now": True}]
+    assert by_default == [{"sixty_seconds": True}]
+
+
+def test_heartbeat_extends_a_lease_by_its_own_length(db: Db) -> None:
+    job_id = enqueue(db)
+    lease = scalar(db, "SELECT lease FROM jobq.claim('default', 1, 'w1', lease_timeout => '2 hours')")
+    make_stale(db, job_id, "90 minutes")
+
+    db.execute("SELECT jobq.heartbeat(%s, %s)", (job_id, lease))
+
+    row = job(db, job_id)
+    assert row["lease_expires_at"] - row["locked_at"] == timedelta(hours=2)
+    assert scalar(
+        db, "SELECT locked_at > now() - interval '1 minute' FROM jobq.jobs WHERE id = %s", (job_id,)
+    )
+
+
+def test_heartbeat_many_extends_each_lease_by_its_own_length(db: Db) -> None:
+    short = enqueue(db, priority=1)
+    long = enqueue(db)
+    held = {
+        row["id"]: row["lease"]
+        for lengths in ("'5 seconds'", "'1 hour'")
+        for row in db.execute(
+            f"SELECT id, lease FROM jobq.claim('default', 1, 'w1', lease_timeout => {lengths})"
+        )
+    }
+    make_stale(db, short, "1 minute")
+    make_stale(db, long, "1 minute")
+
+    extended = db.execute(
+        "SELECT id FROM jobq.heartbeat_many(%s, %s) AS id", (list(held), list(held.values()))
+    ).fetchall()
+
+    assert sorted(row["id"] for row in extended) == sorted([short, long])
+    lengths = {job_id: job(db, job_id)["lease_expires_at"] - job(db, job_id)["locked_at"] for job_id in held}
+    assert lengths == {short: timedelta(seconds=5), long: timedelta(hours=1)}
+    assert db.execute("SELECT id FROM jobq.reap()").fetchall() == []
 
 
 def test_heartbeat_stores_the_locked_at_it_returns(db: Db) -> None:

@@ -1,4 +1,4 @@
-"""Operating the queue: jobq.reap (stale leases), jobq.retry_failed (dead-letter redrive) and jobq.stats."""
+"""Operating the queue: jobq.reap (expired leases), jobq.retry_failed (dead-letter redrive) and jobq.stats."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_reap_requeues_a_stale_running_job_with_a_backoff_and_a_note(db: Db) -> 
         """
         SELECT r.status, r.run_at = statement_timestamp() + interval '2 s' AS backed_off,
                r.last_error LIKE '%%reaped%%' AS noted, r.last_error LIKE '%%lost-worker%%' AS names_worker
-          FROM jobq.reap('1 minute') AS r
+          FROM jobq.reap() AS r
         """
     ).fetchall()
 
@@ -54,7 +54,7 @@ def test_reap_appends_its_note_to_the_previous_error(db: Db) -> None:
     claim_one(db)
     make_stale(db, job_id)
 
-    db.execute("SELECT jobq.reap('1 minute')")
+    db.execute("SELECT jobq.reap()")
 
     last_error = job(db, job_id)["last_error"]
     assert last_error.startswith("first failure\n")
@@ -66,9 +66,7 @@ def test_reap_fails_a_stale_job_that_is_out_of_attempts(db: Db) -> None:
     claim_one(db)
     make_stale(db, job_id)
 
-    reaped = db.execute(
-        "SELECT status, finished_at IS NOT NULL AS finished FROM jobq.reap('1 minute')"
-    ).fetchall()
+    reaped = db.execute("SELECT status, finished_at IS NOT NULL AS finished FROM jobq.reap()").fetchall()
 
     assert reaped == [{"status": "failed", "finished": True}]
     assert job(db, job_id)["status"] == "failed"
@@ -78,23 +76,60 @@ def test_reap_leaves_a_fresh_running_job_alone(db: Db) -> None:
     job_id = enqueue(db)
     lease = claim_one(db)["lease"]
 
-    reaped = db.execute("SELECT * FROM jobq.reap('1 minute')").fetchall()
+    reaped = db.execute("SELECT * FROM jobq.reap()").fetchall()
 
     assert reaped == []
     row = job(db, job_id)
     assert (row["status"], row["lease"]) == ("running", lease)
 
 
-def test_reap_takes_a_lease_just_older_than_stale_but_not_one_just_younger(db: Db) -> None:
+def test_reap_takes_a_lease_just_past_its_expiry_but_not_one_just_before(db: Db) -> None:
     older = enqueue(db)
     younger = enqueue(db)
-    db.execute("SELECT * FROM jobq.claim('default', 2, 'w1')")
-    make_stale(db, older, "70 seconds")
-    make_stale(db, younger, "50 seconds")
+    db.execute("SELECT * FROM jobq.claim('default', 2, 'w1')")  # leases of 60 s, the default
+    make_stale(db, older, "61 seconds")
+    make_stale(db, younger, "59 seconds")
 
-    reaped = [row["id"] for row in db.execute("SELECT id FROM jobq.reap('1 minute')")]
+    reaped = [row["id"] for row in db.execute("SELECT id FROM jobq.reap()")]
 
     assert reaped == [older]
+
+
+def test_each_job_is_reaped_by_the_length_of_its_own_lease(db: Db) -> None:
+    short = enqueue(db, priority=1)
+    long = enqueue(db)
+    db.execute("SELECT * FROM jobq.claim('default', 1, 'quick', lease_timeout => '2 seconds')")
+    db.execute("SELECT * FROM jobq.claim('default', 1, 'patient', lease_timeout => '30 seconds')")
+    make_stale(db, short, "10 seconds")
+    make_stale(db, long, "10 seconds")
+
+    reaped = [row["id"] for row in db.execute("SELECT id FROM jobq.reap()")]
+
+    assert reaped == [short]
+    assert job(db, long)["status"] == "running"
+
+
+def test_stale_only_holds_reaping_back_and_never_reaps_a_valid_lease(db: Db) -> None:
+    expired = enqueue(db, priority=1)
+    valid = enqueue(db)
+    db.execute("SELECT * FROM jobq.claim('default', 1, 'w1', lease_timeout => '1 minute')")
+    db.execute("SELECT * FROM jobq.claim('default', 1, 'w2', lease_timeout => '1 hour')")
+    make_stale(db, expired, "2 minutes")  # expired a minute ago
+    make_stale(db, valid, "10 minutes")  # older than any stale below, but valid for 50 more minutes
+
+    held_back = [row["id"] for row in db.execute("SELECT id FROM jobq.reap('5 minutes')")]
+    taken = [row["id"] for row in db.execute("SELECT id FROM jobq.reap('1 minute')")]
+
+    assert (held_back, taken) == ([], [expired])
+    assert job(db, valid)["status"] == "running"
+
+
+def test_reap_with_a_null_stale_is_reap_by_expiry(db: Db) -> None:
+    job_id = enqueue(db)
+    claim_one(db)
+    make_stale(db, job_id, "61 seconds")
+
+    assert [row["id"] for row in db.execute("SELECT id FROM jobq.reap(NULL)")] == [job_id]
 
 
 def test_reap_returns_the_recovered_rows_by_id_and_touches_nothing_else(db: Db) -> None:
@@ -105,7 +140,7 @@ def test_reap_returns_the_recovered_rows_by_id_and_touches_nothing_else(db: Db) 
     for job_id in stale:
         make_stale(db, job_id)
 
-    reaped = db.execute("SELECT * FROM jobq.reap('1 minute')").fetchall()
+    reaped = db.execute("SELECT * FROM jobq.reap()").fetchall()
 
     assert [row["id"] for row in reaped] == sorted(stale)
     assert reaped == [job(db, job_id) for job_id in sorted(stale)]
@@ -116,22 +151,12 @@ def test_reap_returns_the_recovered_rows_by_id_and_touches_nothing_else(db: Db) 
     ]
 
 
-def test_reap_uses_sixty_seconds_by_default(db: Db) -> None:
-    older = enqueue(db)
-    younger = enqueue(db)
-    db.execute("SELECT * FROM jobq.claim('default', 2, 'w1')")
-    make_stale(db, older, "61 seconds")
-    make_stale(db, younger, "50 seconds")
-
-    assert [row["id"] for row in db.execute("SELECT id FROM jobq.reap()")] == [older]
-
-
 @pytest.mark.parametrize(
     ("stale", "sqlstate"),
-    [(None, "22004"), ("0 s", "22023"), ("-1 min", "22023")],
-    ids=["null", "zero", "negative"],
+    [("0 s", "22023"), ("-1 min", "22023")],
+    ids=["zero", "negative"],
 )
-def test_reap_refuses_a_stale_interval_that_is_not_positive(db: Db, stale: str | None, sqlstate: str) -> None:
+def test_reap_refuses_a_stale_interval_that_is_not_positive(db: Db, stale: str, sqlstate: str) -> None:
     job_id = enqueue(db)
     claim_one(db)
     make_stale(db, job_id)

@@ -5,12 +5,13 @@ release, reap and retry_failed on one connection: with the current lease, with s
 a later claim, a reap, a failure or a release), with leases never issued and with unknown ids.  A
 plain Python model predicts every outcome (success, JQ001 lease not current, JQ002 no such job) and
 every row.  After every step the invariants compare the whole table with the model (status, lease,
-attempts, the exact run_at and locked_at, ...), prove that only the current lease of a job is
+attempts, the exact run_at, locked_at and lease expiry, ...), prove that only the current lease of a job is
 accepted, check that every change was an allowed transition (the lease only ever grows, by one, at a
 claim; done is final; attempts stay within max_attempts), and compare jobq.stats() with the model.
 
 Time is real (claim, heartbeat, fail and reap use statement_timestamp()) and nothing sleeps.  A rule
-moves time forward by backdating every row's run_at and locked_at.  A time the database sets is read
+moves time forward by backdating every row's run_at, locked_at and lease_expires_at.  Claims take
+leases of different lengths, so the reaper must judge each job by its own.  A time the database sets is read
 back and checked to lie within the window of the call that set it ([just before the call, just after
 it], give or take a millisecond of rounding); from then on the model knows it exactly.  A comparison
 with "now" is judged against the window of the call that makes it: only a time inside that window
@@ -62,6 +63,9 @@ MAX_JOBS = 6
 # No job ever has these ids: 0 and negatives are never drawn from the sequence, and the largest
 # bigint is far beyond anything this test enqueues.
 UNKNOWN_IDS = (0, -7, 2**63 - 1)
+# The lease lengths claims ask for (None: claim's default, 60 seconds).
+LEASE_SECONDS = (None, 5, 60, 300)
+DEFAULT_LEASE = timedelta(seconds=60)
 # Python and PostgreSQL read the same clock, each rounded to the microsecond.
 ROUNDING = timedelta(milliseconds=1)
 
@@ -122,6 +126,7 @@ class ModelJob:
     lease: int = 0
     locked_at: datetime | None = None
     locked_by: str | None = None
+    lease_expires_at: datetime | None = None
 
     def holds(self, lease: int) -> bool:
         """Whether a call presenting lease acts on this job."""
@@ -140,13 +145,14 @@ class ModelJob:
             "run_at": self.run_at,
             "locked_at": self.locked_at,
             "locked_by": self.locked_by,
+            "lease_expires_at": self.lease_expires_at,
             "finished": self.status in ("done", "failed"),
         }
 
 
 TABLE_QUERY = """
     SELECT id, queue, priority, max_attempts, status, attempts, lease, run_at, locked_at, locked_by,
-           finished_at IS NOT NULL AS finished
+           lease_expires_at, finished_at IS NOT NULL AS finished
       FROM jobq.jobs ORDER BY id
 """
 
@@ -241,7 +247,10 @@ class QueueMachine(RuleBasedStateMachine):
         if job is None or not job.holds(lease):
             self.refused(result, job_id)
             return
+        assert job.locked_at is not None and job.lease_expires_at is not None
+        length = job.lease_expires_at - job.locked_at  # the lease's own length, again
         job.locked_at = self.within(self.accepted(result)["locked_at"], result)
+        job.lease_expires_at = job.locked_at + length
 
     def release(self, job_id: int, lease: int) -> None:
         result = self.call("SELECT jobq.release(%s, %s)", (job_id, lease))
@@ -279,12 +288,18 @@ class QueueMachine(RuleBasedStateMachine):
         self.db.execute("DELETE FROM jobq.jobs")
         return [self.enqueue(new) for new in jobs]
 
-    def claim_jobs(self, n: int, worker: str) -> list[Pair]:
-        """jobq.claim(QUEUE, n, worker); the (id, lease) pairs handed out."""
+    def claim_jobs(self, n: int, worker: str, lease_seconds: int | None = None) -> list[Pair]:
+        """jobq.claim(QUEUE, n, worker[, lease_timeout]); the (id, lease) pairs handed out."""
         waiting = self.waiting()
-        result = self.call("SELECT * FROM jobq.claim(%s, %s, %s)", (QUEUE, n, worker))
+        if lease_seconds is None:
+            result = self.call("SELECT * FROM jobq.claim(%s, %s, %s)", (QUEUE, n, worker))
+        else:
+            result = self.call(
+                "SELECT * FROM jobq.claim(%s, %s, %s, lease_timeout => %s)",
+                (QUEUE, n, worker, timedelta(seconds=lease_seconds)),
+            )
         assert result.error is None, result.error
-        return self.claimed(result.rows, result, waiting, n, worker)
+        return self.claimed(result.rows, result, waiting, n, worker, lease_seconds)
 
     def waiting(self) -> list[ModelJob]:
         """The queued jobs, in claim order (priority desc, run_at, id)."""
@@ -292,7 +307,13 @@ class QueueMachine(RuleBasedStateMachine):
         return sorted(queued, key=lambda job: (-job.priority, job.run_at, job.id))
 
     def claimed(
-        self, rows: list[dict[str, Any]], result: Call, waiting: list[ModelJob], n: int, worker: str
+        self,
+        rows: list[dict[str, Any]],
+        result: Call,
+        waiting: list[ModelJob],
+        n: int,
+        worker: str,
+        lease_seconds: int | None,
     ) -> list[Pair]:
         """Checks the rows a claim returned against the model and applies them; the new (id, lease) pairs."""
         claimed = [row["id"] for row in rows]
@@ -311,6 +332,9 @@ class QueueMachine(RuleBasedStateMachine):
             job.lease += 1
             job.locked_by = worker
             job.locked_at = self.within(row["locked_at"], result)
+            job.lease_expires_at = job.locked_at + (
+                DEFAULT_LEASE if lease_seconds is None else timedelta(seconds=lease_seconds)
+            )
             assert (row["status"], row["attempts"], row["lease"], row["locked_by"]) == (
                 "running",
                 job.attempts,
@@ -332,8 +356,8 @@ class QueueMachine(RuleBasedStateMachine):
             }
         )
 
-    def reap(self, stale: timedelta) -> None:
-        """jobq.reap(stale), as the reaper of a worker runs it."""
+    def reap(self, stale: timedelta | None) -> None:
+        """jobq.reap(stale): the jobs whose own lease expired, and, when stale is given, older than stale."""
         running = sorted(
             (job for job in self.jobs.values() if job.status == "running"), key=lambda job: job.id
         )
@@ -342,10 +366,13 @@ class QueueMachine(RuleBasedStateMachine):
         reaped = [row["id"] for row in result.rows]
 
         def expired(job: ModelJob) -> bool:
-            assert job.locked_at is not None
-            if job.locked_at < result.earliest - stale:
-                return True
-            return job.locked_at < result.latest - stale and job.id in reaped
+            locked_at, expires_at = job.locked_at, job.lease_expires_at
+            assert locked_at is not None and expires_at is not None
+
+            def at(moment: datetime) -> bool:
+                return expires_at < moment and (stale is None or locked_at < moment - stale)
+
+            return at(result.earliest) or (at(result.latest) and job.id in reaped)
 
         assert reaped == [job.id for job in running if expired(job)]
 
@@ -388,9 +415,10 @@ class QueueMachine(RuleBasedStateMachine):
         target=leases,
         n=st.integers(1, 3),
         worker=st.sampled_from(WORKERS),
+        lease_seconds=st.sampled_from(LEASE_SECONDS),
     )
-    def claim(self, n: int, worker: str) -> MultipleResults[Pair]:
-        return multiple(*self.claim_jobs(n, worker))
+    def claim(self, n: int, worker: str, lease_seconds: int | None) -> MultipleResults[Pair]:
+        return multiple(*self.claim_jobs(n, worker, lease_seconds))
 
     @rule(pair=leases, operation=st.sampled_from(OPERATIONS))
     def act_with_a_claimed_lease(self, pair: Pair, operation: str) -> None:
@@ -427,21 +455,31 @@ class QueueMachine(RuleBasedStateMachine):
         pairs=st.lists(leases, max_size=3),
         n=st.integers(1, 3),
         worker=st.sampled_from(WORKERS),
+        lease_seconds=st.sampled_from(LEASE_SECONDS),
     )
-    def complete_and_claim(self, pairs: list[Pair], n: int, worker: str) -> MultipleResults[Pair]:
+    def complete_and_claim(
+        self, pairs: list[Pair], n: int, worker: str, lease_seconds: int | None
+    ) -> MultipleResults[Pair]:
         """A worker's loop: acknowledge finished jobs (stale pairs are left out), claim the next ones."""
         acknowledged = self.acknowledgeable(pairs)
         waiting = self.waiting()
         result = self.call(
-            "SELECT * FROM jobq.complete_and_claim(%s::bigint[], %s::bigint[], %s, %s, %s)",
-            ([job_id for job_id, _ in pairs], [lease for _, lease in pairs], QUEUE, n, worker),
+            "SELECT * FROM jobq.complete_and_claim(%s::bigint[], %s::bigint[], %s, %s, %s, %s)",
+            (
+                [job_id for job_id, _ in pairs],
+                [lease for _, lease in pairs],
+                QUEUE,
+                n,
+                worker,
+                timedelta(seconds=lease_seconds if lease_seconds is not None else 60),
+            ),
         )
         assert result.error is None, result.error
         acks, claims = result.rows[: len(acknowledged)], result.rows[len(acknowledged) :]
         assert [(row["id"], row["status"]) for row in acks] == [(job_id, "done") for job_id in acknowledged]
         for job_id in acknowledged:
             self.jobs[job_id].status = "done"
-        return multiple(*self.claimed(claims, result, waiting, n, worker))
+        return multiple(*self.claimed(claims, result, waiting, n, worker, lease_seconds))
 
     @rule(queue=st.sampled_from((None, QUEUE, EMPTY_QUEUE)))
     def retry_failed(self, queue: str | None) -> None:
@@ -462,21 +500,24 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(
         seconds=st.sampled_from((0, 1, 3, 10, 60, 400)),
-        reaper_stale_seconds=st.sampled_from((None, 2, 10, 100)),
+        reaper=st.sampled_from((None, "by expiry", 2, 100)),
     )
-    def time_passes(self, seconds: int, reaper_stale_seconds: int | None) -> None:
+    def time_passes(self, seconds: int, reaper: str | int | None) -> None:
         """Every job moves that many seconds into the past (backoffs run out, leases age), then the reaper
-        may run."""
+        may run: jobq.reap() ("by expiry"), or jobq.reap(stale) with stale that many seconds."""
         shift = timedelta(seconds=seconds)
         self.db.execute(
-            "UPDATE jobq.jobs SET run_at = run_at - %s, locked_at = locked_at - %s", (shift, shift)
+            "UPDATE jobq.jobs SET run_at = run_at - %(shift)s, locked_at = locked_at - %(shift)s,"
+            " lease_expires_at = lease_expires_at - %(shift)s",
+            {"shift": shift},
         )
         for job in self.jobs.values():
             job.run_at -= shift
-            if job.locked_at is not None:
+            if job.locked_at is not None and job.lease_expires_at is not None:
                 job.locked_at -= shift
-        if reaper_stale_seconds is not None:
-            self.reap(timedelta(seconds=reaper_stale_seconds))
+                job.lease_expires_at -= shift
+        if reaper is not None:
+            self.reap(None if reaper == "by expiry" else timedelta(seconds=int(reaper)))
 
     # -- invariants -----------------------------------------------------------------
 
@@ -622,20 +663,24 @@ def test_failing_at_max_attempts_fails_the_job_for_good_until_retry_failed(dsn: 
 def test_reaping_at_max_attempts_fails_the_job_and_every_reaped_lease_stays_refused(dsn: str) -> None:
     with scripted(dsn) as (machine, step):
         [job_id] = step(machine.start, [NewJob(priority=0, max_attempts=2, delay=None)])
-        [first] = step(machine.claim_jobs, 1, "w1")
-        step(machine.time_passes, 3, 10)  # the lease is 3 s old: left alone
+        [first] = step(machine.claim_jobs, 1, "w1", 5)
+        step(machine.time_passes, 3, "by expiry")  # 3 s into a 5 s lease: left alone
         assert machine.jobs[job_id].status == "running"
-        step(machine.time_passes, 8, 10)  # 11 s old: stale
+        step(machine.time_passes, 3, 100)  # expired, but not 100 s old: stale holds the reaper back
+        assert machine.jobs[job_id].status == "running"
+        step(machine.time_passes, 0, "by expiry")  # expired: reaped
         assert machine.jobs[job_id].status == "queued"
         step(machine.act_with_a_claimed_lease, first, "complete")  # refused: reaped
 
         step(machine.time_passes, 3, None)  # the backoff runs out
-        [second] = step(machine.claim_jobs, 1, "w2")
-        step(machine.time_passes, 60, None)
-        step(machine.act_with_a_claimed_lease, second, "heartbeat")  # the lease is fresh again
-        step(machine.time_passes, 3, 10)
+        [second] = step(machine.claim_jobs, 1, "w2", 300)
+        step(machine.time_passes, 60, "by expiry")  # a minute into five: left alone
         assert machine.jobs[job_id].status == "running"
-        step(machine.time_passes, 60, 10)
+        step(machine.time_passes, 200, None)
+        step(machine.act_with_a_claimed_lease, second, "heartbeat")  # five more minutes from now
+        step(machine.time_passes, 290, "by expiry")
+        assert machine.jobs[job_id].status == "running"
+        step(machine.time_passes, 20, "by expiry")
         assert machine.jobs[job_id].status == "failed"
 
         for operation in OPERATIONS:

@@ -118,12 +118,12 @@ def test_handler_raising_system_exit_or_keyboard_interrupt_fails_its_job_and_the
 
 REAPER = """
 import sys, time, psycopg
-dsn, stale, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+dsn, seconds = sys.argv[1], float(sys.argv[2])
 reaped = 0
 with psycopg.connect(dsn, autocommit=True) as conn:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        reaped += len(conn.execute("SELECT id FROM jobq.reap(%s::interval)", (stale,)).fetchall())
+        reaped += len(conn.execute("SELECT id FROM jobq.reap()").fetchall())
         time.sleep(0.05)
 print(reaped)
 """
@@ -137,9 +137,7 @@ def test_handler_outliving_its_lease_keeps_it_against_a_concurrent_reaper(
     lease = ("--lease-timeout", "3", "--heartbeat-interval", "0.5", "--reap-interval", "0.2")
     worker = start_worker(dsn, "sleep_then_record", *lease)
     assert wait_until(lambda: statuses(db) == {"running": 1}), worker.log()
-    reaper = subprocess.Popen(
-        [sys.executable, "-c", REAPER, dsn, "3 seconds", "8"], stdout=subprocess.PIPE, text=True
-    )
+    reaper = subprocess.Popen([sys.executable, "-c", REAPER, dsn, "8"], stdout=subprocess.PIPE, text=True)
 
     assert wait_until(lambda: statuses(db) == {"done": 1}, timeout=40), worker.log()
     reaper_output, _ = reaper.communicate(timeout=30)
@@ -154,27 +152,29 @@ def test_handler_outliving_its_lease_keeps_it_against_a_concurrent_reaper(
 
 
 @pytest.fixture
-def worker_role(db: Db) -> Iterator[str]:
-    """A login role given the worker level (jobq.grant_worker), plus INSERT on the handlers' table."""
+def role_without_reap(db: Db) -> Iterator[str]:
+    """A login role given the worker level (jobq.grant_worker) less jobq.reap, plus INSERT on the handlers'
+    table."""
     role = f"jobq_worker_{uuid.uuid4().hex[:8]}"
     db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
     db.execute("SELECT jobq.grant_worker(%s)", (role,))
+    db.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION jobq.reap(interval) FROM {}").format(sql.Identifier(role)))
     db.execute(EXECUTIONS_DDL)
     db.execute(sql.SQL("GRANT INSERT ON executions TO {}").format(sql.Identifier(role)))
     yield role
     db.execute(sql.SQL("DROP OWNED BY {0}; DROP ROLE {0}").format(sql.Identifier(role)))
 
 
-def test_worker_refused_reap_warns_once_stops_trying_and_keeps_working(
+def test_worker_whose_role_may_not_reap_warns_once_stops_trying_and_keeps_working(
     db: Db,
     dsn: str,
     pg_server: ThrowawayPostgres,
-    worker_role: str,
+    role_without_reap: str,
     start_worker: StartWorker,
 ) -> None:
     server_log_start = pg_server.log_file.stat().st_size
     pgjobq.enqueue_many(db, "default", [{"n": n} for n in range(3)])
-    as_worker = f"{dsn} user={worker_role}"
+    as_worker = f"{dsn} user={role_without_reap}"
     worker = start_worker(as_worker, "record", "--reap-interval", "0.1", "--poll-interval", "0.1")
 
     assert wait_until(lambda: statuses(db) == {"done": 3}, timeout=30), worker.log()
@@ -185,7 +185,7 @@ def test_worker_refused_reap_warns_once_stops_trying_and_keeps_working(
 
     warnings = [line for line in worker.log().splitlines() if "not reaping" in line]
     assert len(warnings) == 1, worker.log()
-    assert "admin-level role" in warnings[0] and "SELECT jobq.reap()" in warnings[0]
+    assert "other workers" in warnings[0] and "SELECT jobq.reap()" in warnings[0]
     # the server saw one refused call, not one per reap interval
     with pg_server.log_file.open(errors="replace") as server_log:
         server_log.seek(server_log_start)
