@@ -1,43 +1,119 @@
-"""Shared fixtures (a pytest plugin): one throwaway PostgreSQL per test session, one database per test.
+"""Shared fixtures (a pytest plugin): throwaway PostgreSQL servers, one database per test.
 
-The server is started once (as an unprivileged user when the tests run as
-root); a template database with the extension installed is built once; every
-test gets its own database cloned from that template by pytest-postgresql.
-tests/conftest.py loads this module (pytest_plugins), so every test folder has these fixtures.
+A server is started once per target (as an unprivileged user when the tests
+run as root); a template database with the extension installed is built once
+per target; every test gets its own database cloned from that template by
+pytest-postgresql's janitor.  tests/conftest.py loads this module (pytest_plugins), so
+every test folder has these fixtures.
+
+Targets: every test runs on the machine's own PostgreSQL (Debian's 15, where
+``make install`` put the extension).  The tests of the SQL API
+(tests/sql), the isolation specs and the install and upgrade tests
+(tests/isolation, tests/install/test_installation.py) also run on every
+other supported major, 13 to 18 (server builds fetched by
+tools/pg_versions.py, with the extension's files copied into a private copy
+of each), and tests/sql once more on a database installed at the first
+release and upgraded with ALTER EXTENSION.  A target that cannot be had is
+skipped, with the reason, for every test that needs it.
 """
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.rows import dict_row
-from pytest_postgresql import factories
 from pytest_postgresql.executors import NoopExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
 
+import pg_versions
 from helpers.sqlhelpers import Connect, Db
-from throwaway_pg import ThrowawayPostgres
+from throwaway_pg import ThrowawayPostgres, find_bindir
+
+__all__ = ["FIRST_RELEASE", "REPO_ROOT", "Target", "extension_files"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FIRST_RELEASE = "0.1.0"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a test runs: a PostgreSQL major (None: the machine's own) and how its template got pgjobq."""
+
+    major: int | None = None
+    upgraded_from: str | None = None  # installed at this version, then ALTER EXTENSION pgjobq UPDATE
+
+    @property
+    def id(self) -> str:
+        name = f"pg{self.major or main_major()}"
+        return f"{name}-upgraded" if self.upgraded_from else name
+
+
+@functools.cache
+def main_major() -> int:
+    """The major of the machine's own PostgreSQL, the one every test runs on."""
+    return ThrowawayPostgres(bindir=find_bindir()).major
+
+
+def targets_for(path: Path) -> list[Target]:
+    """The targets of the tests in the file at path."""
+    layer = path.relative_to(REPO_ROOT / "tests").parts[0]
+    others = [Target(major) for major in pg_versions.MAJORS if major != main_major()]
+    if layer == "sql":
+        return [Target(), Target(upgraded_from=FIRST_RELEASE), *others]
+    if layer == "isolation" or path.name == "test_installation.py":
+        return [Target(), *others]
+    return [Target()]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "target" in metafunc.fixturenames:
+        targets = targets_for(Path(metafunc.definition.path))
+        metafunc.parametrize("target", targets, ids=[t.id for t in targets], indirect=True, scope="session")
 
 
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[ThrowawayPostgres]:
-    """A PostgreSQL server of our own for the whole session."""
-    server = ThrowawayPostgres(fast=True)
-    with server:
-        yield server
+def target(request: pytest.FixtureRequest) -> Target:
+    """The target of this test (see the module docstring)."""
+    return getattr(request, "param", Target())
 
 
-def _install_extension(host: str, port: int, user: str, dbname: str, **_: Any) -> None:
-    with psycopg.connect(host=host, port=port, user=user, dbname=dbname, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION pgjobq")
+def extension_files() -> list[Path]:
+    """What `make install` installs: the control file, the built script, the released scripts and steps."""
+    built = sorted(REPO_ROOT.glob("sql/pgjobq--*.sql"))
+    if not built:
+        pytest.fail("sql/pgjobq--<version>.sql is missing: run make build (make test does)")
+    return [REPO_ROOT / "pgjobq.control", *built, *sorted(REPO_ROOT.glob("sql/updates/pgjobq--*.sql"))]
 
 
 @pytest.fixture(scope="session")
-def jobq_template(pg_server: ThrowawayPostgres) -> Iterator[NoopExecutor]:
-    """A template database with pgjobq installed, cloned for every test."""
+def pg_server(target: Target) -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL server of our own for the target, for the whole session."""
+    if target.major is None:
+        with ThrowawayPostgres(fast=True) as server:
+            yield server
+        return
+    # not under pytest's own temporary folder: the server's account must reach its programs
+    with tempfile.TemporaryDirectory(prefix=f"pgjobq-pg{target.major}-") as folder:
+        Path(folder).chmod(0o755)
+        try:
+            bindir = pg_versions.private_copy(target.major, Path(folder) / "programs", extension_files())
+        except pg_versions.Unavailable as exc:
+            pytest.skip(f"PostgreSQL {target.major} is not available here: {exc}")
+        with ThrowawayPostgres(fast=True, bindir=bindir) as server:
+            yield server
+
+
+@pytest.fixture(scope="session")
+def jobq_template(pg_server: ThrowawayPostgres, target: Target) -> Iterator[NoopExecutor]:
+    """A template database with pgjobq installed (or installed old and upgraded), cloned for every test."""
     executor = NoopExecutor(
         host=pg_server.host, port=pg_server.port, user=pg_server.user, options="", dbname="pgjobq_test"
     )
@@ -48,12 +124,61 @@ def jobq_template(pg_server: ThrowawayPostgres) -> Iterator[NoopExecutor]:
         dbname=executor.template_dbname,
         as_template=True,
     )
+
+    def install(host: str, port: int, user: str, dbname: str, **_: Any) -> None:
+        with psycopg.connect(host=host, port=port, user=user, dbname=dbname, autocommit=True) as conn:
+            if target.upgraded_from is None:
+                conn.execute("CREATE EXTENSION pgjobq")
+            else:
+                conn.execute(
+                    sql.SQL("CREATE EXTENSION pgjobq VERSION {}").format(sql.Literal(target.upgraded_from))
+                )
+                conn.execute("ALTER EXTENSION pgjobq UPDATE")
+
     with janitor:
-        janitor.load(_install_extension)
+        janitor.load(install)
         yield executor
 
 
-postgresql = factories.postgresql("jobq_template")
+class CloningJanitor(DatabaseJanitor):
+    """pytest-postgresql's janitor, cloning the template by copying its files where PostgreSQL asks how.
+
+    From 15 on, CREATE DATABASE ... TEMPLATE copies through the WAL by
+    default, three times slower for a template this small.
+    """
+
+    def __init__(self, *, file_copy: bool, **options: Any) -> None:
+        super().__init__(**options)
+        self.file_copy = file_copy
+
+    def _build_create_database_sql(self) -> sql.Composed:
+        query = super()._build_create_database_sql()
+        return query + sql.SQL(" STRATEGY = FILE_COPY") if self.file_copy else query
+
+
+@pytest.fixture
+def postgresql(
+    pg_server: ThrowawayPostgres, jobq_template: NoopExecutor
+) -> Iterator[psycopg.Connection[Any]]:
+    """This test's own database, a clone of the template, dropped afterwards; a connection to it."""
+    janitor = CloningJanitor(
+        file_copy=pg_server.major >= 15,
+        user=jobq_template.user,
+        host=jobq_template.host,
+        port=jobq_template.port,
+        dbname=jobq_template.dbname,
+        template_dbname=jobq_template.template_dbname,
+    )
+    with (
+        janitor,
+        psycopg.connect(
+            host=jobq_template.host,
+            port=jobq_template.port,
+            user=jobq_template.user,
+            dbname=jobq_template.dbname,
+        ) as conn,
+    ):
+        yield conn
 
 
 @pytest.fixture

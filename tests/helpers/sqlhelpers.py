@@ -5,6 +5,7 @@ Db is the type of the ``db`` fixture (rows as dicts), Connect that of the ``conn
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeAlias
@@ -32,6 +33,7 @@ __all__ = [
     "record_notices",
     "row_digest",
     "scalar",
+    "statistic",
     "statuses",
     "table_fingerprint",
 ]
@@ -107,6 +109,26 @@ def statuses(db: Db) -> dict[str, int]:
     """How many jobs of each status jobq.jobs holds (statuses without jobs left out)."""
     rows = db.execute("SELECT status, count(*) AS n FROM jobq.jobs GROUP BY status").fetchall()
     return {row["status"]: row["n"] for row in rows}
+
+
+def statistic(db: Db, query: str, settled: Callable[[Any], bool], timeout: float = 10.0) -> Any:
+    """The value of query (over cumulative statistics) once settled(value) holds; fails after timeout.
+
+    PostgreSQL 15 and newer report a session's statistics when asked to
+    (pg_stat_force_next_flush); before 15 a backend sends them to the
+    statistics collector at most every half second, so the value is read
+    again until it settles.
+    """
+    flush = scalar(db, "SELECT current_setting('server_version_num')::int >= 150000")
+    deadline = time.monotonic() + timeout
+    while True:
+        if flush:
+            db.execute("SELECT pg_stat_force_next_flush()")
+        value = scalar(db, query)
+        if settled(value) or time.monotonic() > deadline:
+            assert settled(value), f"{query!r} gave {value!r} for {timeout} s"
+            return value
+        time.sleep(0.1)
 
 
 def table_fingerprint(conn: psycopg.Connection[Any]) -> tuple[int, int]:

@@ -232,6 +232,41 @@ def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server
     ]
 
 
+LEVEL_PRIVILEGES = """
+    SELECT r.rolname,
+           has_function_privilege(r.oid, 'jobq.enqueue(text, jsonb, integer, timestamptz, integer)',
+                                  'EXECUTE') AS enqueue,
+           has_function_privilege(r.oid, 'jobq.claim(text, integer, text, interval)', 'EXECUTE') AS claim,
+           has_function_privilege(r.oid, 'jobq.complete_and_claim(bigint[], bigint[], text, integer, text,'
+                                         ' interval)', 'EXECUTE') AS complete_and_claim,
+           has_function_privilege(r.oid, 'jobq.reap(interval)', 'EXECUTE') AS reap,
+           has_function_privilege(r.oid, 'jobq.version()', 'EXECUTE') AS version
+      FROM pg_roles AS r WHERE r.rolname IN (%s, %s) ORDER BY r.rolname = %s DESC
+"""
+
+
+def test_after_an_upgrade_by_a_superuser_pg_dump_and_restore_keep_the_levels_granted_before_it(
+    db: Db, pg_server: ThrowawayPostgres
+) -> None:
+    with login_role(db) as producer, login_role(db) as worker, fresh_database(db) as dbname:
+        with connect_as(pg_server, dbname) as superuser:
+            superuser.execute("CREATE EXTENSION pgjobq VERSION '0.3.0'")
+            superuser.execute("SELECT jobq.grant_producer(%s), jobq.grant_worker(%s)", (producer, worker))
+            superuser.execute("ALTER EXTENSION pgjobq UPDATE")
+            upgraded = superuser.execute(LEVEL_PRIVILEGES, (producer, worker, producer)).fetchall()
+        with (
+            restored_copy(db, pg_server.dsn(dbname), pg_server) as restored_name,
+            connect_as(pg_server, restored_name) as restored,
+        ):
+            privileges = restored.execute(LEVEL_PRIVILEGES, (producer, worker, producer)).fetchall()
+
+    producing = {"enqueue": True, "claim": False, "complete_and_claim": False, "reap": False, "version": True}
+    working = {"enqueue": False, "claim": True, "complete_and_claim": True, "reap": True, "version": True}
+    expected = [{"rolname": producer, **producing}, {"rolname": worker, **working}]
+    assert upgraded == expected
+    assert privileges == expected
+
+
 # -- plans ----------------------------------------------------------------------
 
 

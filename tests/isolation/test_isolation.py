@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from throwaway_pg import ThrowawayPostgres
+from throwaway_pg import ThrowawayPostgres, find_bindir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,8 +31,9 @@ def _isolation_regress(pg_config: Path) -> Path | None:
 
 
 def test_isolation_specs_match_their_expected_output(pg_server: ThrowawayPostgres, tmp_path: Path) -> None:
-    # The server's own pg_config, so isolationtester matches the server's version.
-    pg_config = pg_server.bindir / "pg_config"
+    # The machine's own PostgreSQL's (Debian's postgresql-server-dev): pg_isolation_regress is a
+    # client, and drives the servers of every other major as well.
+    pg_config = find_bindir() / "pg_config"
     if _isolation_regress(pg_config) is None:
         pytest.fail(
             f"pg_isolation_regress not found for {pg_config} "
