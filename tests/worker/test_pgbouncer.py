@@ -6,11 +6,15 @@ The worker must find that out by itself (a probe notification that never
 arrives), say so, and poll; with prepared statements off (PgBouncer 1.18
 cannot keep them across transactions) it must then run every job exactly
 once.  A direct connection must still be found to deliver notifications.
+Several workers may share one server connection: nothing one of them runs
+may leave session state there (0.3.0's forward mode left the setting
+jobq.claim_hint) for the others.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +28,7 @@ from pgjobq import Worker, WorkerSettings
 
 from helpers.handlers import EXECUTIONS_DDL
 from helpers.processes import WorkerProcess, wait_until
-from helpers.sqlhelpers import Db
+from helpers.sqlhelpers import Connect, Db, fill, scalar
 from throwaway_pg import ThrowawayPostgres
 from throwaway_pgbouncer import ThrowawayPgBouncer
 
@@ -38,6 +42,32 @@ def bouncer(pg_server: ThrowawayPostgres) -> Iterator[ThrowawayPgBouncer]:
         pg_server.host, pg_server.port, pool_mode="transaction", pool_size=2
     ) as pgbouncer:
         yield pgbouncer
+
+
+@pytest.fixture(scope="module")
+def one_connection_bouncer(pg_server: ThrowawayPostgres) -> Iterator[ThrowawayPgBouncer]:
+    """PgBouncer in transaction pooling mode with a single server connection per database and user."""
+    with ThrowawayPgBouncer(
+        pg_server.host, pg_server.port, pool_mode="transaction", pool_size=1
+    ) as pgbouncer:
+        yield pgbouncer
+
+
+def connect_through(bouncer_dsn: str) -> psycopg.Connection[Any]:
+    """A connection through PgBouncer that prepares nothing (1.18 cannot keep prepared statements)."""
+    return psycopg.connect(bouncer_dsn, autocommit=True, prepare_threshold=None)
+
+
+def done_once(db: Db, ids: list[int]) -> int:
+    """How many of the jobs ids are done, claimed once (attempt 1, lease 1)."""
+    return int(
+        scalar(
+            db,
+            "SELECT count(*) FROM jobq.jobs WHERE id = ANY (%s) AND status = 'done' AND attempts = 1"
+            " AND lease = 1",
+            (ids,),
+        )
+    )
 
 
 def counts(db: Db) -> dict[str, Any]:
@@ -107,3 +137,65 @@ def test_worker_on_a_direct_connection_finds_that_listen_works(
         thread.join(30)
 
     assert FALLBACK not in caplog.text
+
+
+def test_several_workers_on_one_pooled_server_connection_run_every_job_once_and_leave_no_session_setting(
+    db: Db, connect: Connect, one_connection_bouncer: ThrowawayPgBouncer, tmp_path: Path
+) -> None:
+    db.execute(EXECUTIONS_DDL)
+    # 2,000 dead entries at the start of the claim index, which a snapshot held open keeps
+    # vacuum (and index scans) from clearing: the workers' claims will go into forward mode.
+    holder = connect(autocommit=False)
+    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT count(*) FROM jobq.jobs").fetchone()
+    fill(db, 2_000)
+    for _ in range(2):
+        db.execute(
+            "SELECT count(*) FROM jobq.complete_many("
+            " ARRAY(SELECT id FROM jobq.claim('default', 1000, 'bloat')), array_fill(1::bigint, ARRAY[1000]))"
+        )
+    assert scalar(db, "SELECT count(*) FROM jobq.jobs WHERE status = 'done'") == 2_000
+    assert scalar(db, "SELECT count(*) FROM jobq._claim_hints") == 0
+    through_bouncer = one_connection_bouncer.dsn(db.info.dbname)
+    observer = connect_through(through_bouncer)
+    server_pid = scalar(observer, "SELECT pg_backend_pid()")
+    workers = [
+        WorkerProcess(
+            through_bouncer,
+            "record_without_prepared_statements",
+            *("--no-prepared-statements", "--batch", "5", "--poll-interval", "0.1", "--log-level", "INFO"),
+            log=tmp_path / f"worker-{n}.log",
+        )
+        for n in range(4)
+    ]
+    try:
+        # each has connected, found LISTEN useless behind the pooler, and polls
+        assert wait_until(lambda: all(FALLBACK in w.log() for w in workers), timeout=30), [
+            w.log() for w in workers
+        ]
+        ids = fill(db, 300)
+        assert wait_until(lambda: done_once(db, ids) == len(ids), timeout=60), [w.log() for w in workers]
+        for worker in workers:
+            worker.process.send_signal(signal.SIGTERM)
+        exit_codes = [worker.wait(timeout=30) for worker in workers]
+        pid_after = scalar(observer, "SELECT pg_backend_pid()")
+        # pg_settings leaves out placeholder settings such as jobq.claim_hint: ask for it by name
+        claim_hint = scalar(observer, "SELECT current_setting('jobq.claim_hint', true)")
+    finally:
+        for worker in workers:
+            worker.kill()
+        holder.rollback()
+        observer.close()
+
+    assert exit_codes == [0] * len(workers), [w.log()[-2000:] for w in workers]
+    assert pid_after == server_pid  # one server connection served every worker
+    # forward mode ran: a worker's claim put the queue's position in its table...
+    assert scalar(db, "SELECT id FROM jobq._claim_hints WHERE queue = 'default'") in ids
+    # ...and left nothing in the session of the server connection they all used (0.3.0 left it there)
+    assert claim_hint is None
+    runs = db.execute(
+        "SELECT count(*) AS runs, count(DISTINCT job_id) AS jobs, count(DISTINCT pid) > 1 AS shared"
+        " FROM executions"
+    ).fetchone()
+    assert runs == {"runs": 300, "jobs": 300, "shared": True}
+    assert done_once(db, ids) == 300
