@@ -6,6 +6,7 @@ from importlib import metadata
 from typing import Any
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from pgjobq._errors import IncompatibleExtension
 from pgjobq._queries import query
@@ -25,7 +26,7 @@ except metadata.PackageNotFoundError:  # run from a source tree that was never i
 
 def extension_version(conn: psycopg.Connection[Any]) -> str | None:
     """The version of pgjobq installed in conn's database, or None when it has none."""
-    with conn.cursor() as cur:
+    with conn.cursor(row_factory=tuple_row) as cur:
         row = cur.execute(query("extension_version")).fetchone()
     return None if row is None else str(row[0])
 

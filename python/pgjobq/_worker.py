@@ -265,6 +265,7 @@ class Worker:
         self._drained = False  # burst mode: the queue had no runnable job
         self._poll_only = False  # the LISTEN probe failed on this connection: poll until reconnected
         self._may_reap = True  # False once jobq.reap was refused to this role
+        self._started = False  # said so, once connected to a database it supports
 
     # -- public API -----------------------------------------------------------
 
@@ -288,7 +289,6 @@ class Worker:
         else:
             self._keeper = threading.Thread(target=self._keep, name="pgjobq-keeper", daemon=True)
             self._keeper.start()
-        logger.info("worker %s started on queue %s", self.settings.name, self.settings.queue)
         try:
             self._work()
         except _GiveUp:
@@ -697,7 +697,15 @@ class Worker:
     def _connect(self) -> None:
         if self._conn is None or self._conn.closed:
             self._conn = self._open("worker")
-            check_extension(self._conn)
+            version = check_extension(self._conn)
+            if not self._started:
+                self._started = True
+                logger.info(
+                    "worker %s started on queue %s (pgjobq %s)",
+                    self.settings.name,
+                    self.settings.queue,
+                    version,
+                )
             # Behind a transaction-pooling PgBouncer a LISTEN left on a shared
             # server connection can deliver notifications here; drop them
             # (psycopg would otherwise keep them for a notifies() never called).
@@ -735,8 +743,10 @@ class Worker:
         self._conn.execute(query("probe_notify"), {"channel": probe})
         with contextlib.closing(self._listen_conn.notifies(timeout=PROBE_TIMEOUT)) as notifies:
             arrived = any(n.channel == probe for n in notifies)
+        # Also when it did not arrive: behind a transaction-pooling PgBouncer the LISTEN stays on a
+        # server connection other clients share, and this UNLISTEN may reach it (it is best effort).
+        self._listen_conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(probe)))
         if arrived:
-            self._listen_conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(probe)))
             logger.debug("LISTEN works here: the probe notification arrived")
         return arrived
 

@@ -57,12 +57,6 @@ def test_check_extension_returns_the_installed_version_on_a_supported_database(
     assert version in pgjobq.SUPPORTED_EXTENSION_VERSIONS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason="product bug: extension_version reads row[0] on the caller's cursor, so a dict_row connection "
-    "raises KeyError: 0 (the rest of the client asks for tuple_row)",
-)
 def test_check_extension_works_on_a_connection_whose_rows_are_dicts(db: Db) -> None:
     assert pgjobq.check_extension(db) in pgjobq.SUPPORTED_EXTENSION_VERSIONS
 
@@ -110,15 +104,7 @@ def test_worker_on_a_0_3_0_database_raises_from_run_and_runs_no_job(old_database
         ("enqueue", "default", "{}"),
         ("reap",),
         ("worker", "helpers.handlers:record", "--burst", "--log-level", "WARNING"),
-        pytest.param(
-            ("worker", "helpers.handlers:record", "--burst"),
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="product bug: Worker.run logs 'worker ... started on queue ...' (INFO, the CLI's "
-                "default level) before it connects and checks the extension, so a refused worker prints "
-                "that line too",
-            ),
-        ),
+        ("worker", "helpers.handlers:record", "--burst"),
     ],
     ids=["stats", "enqueue", "reap", "worker", "worker-at-info"],
 )

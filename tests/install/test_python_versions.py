@@ -1,0 +1,93 @@
+"""The client and worker tests pass on the oldest and newest Python pgjobq supports, if the machine has them.
+
+The suite itself runs on the Python of the project's virtualenv (make venv).  This test runs
+tests/client and tests/worker once more (on the machine's own PostgreSQL, without the long chaos run)
+under Python 3.10 and 3.13, each in a virtualenv of its own (.venv-py3.10, .venv-py3.13, made on
+first use and refreshed when python/pyproject.toml changes), and fails with their output if they
+fail.  An interpreter the machine lacks (not on PATH as python3.X, nor under pyenv) is skipped with a
+message saying so; one that is the suite's own is skipped as already tested.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.fixtures import REPO_ROOT
+
+OLDEST_AND_NEWEST = ("3.10", "3.13")  # python/pyproject.toml: requires-python >= 3.10, tested up to 3.13
+INSTALL_TIMEOUT = 600.0
+RUN_TIMEOUT = 600.0
+
+
+def interpreter(version: str) -> Path | None:
+    """A python of that version: python3.X on PATH, else the newest of pyenv's installs of it."""
+    found = shutil.which(f"python{version}")
+    if found is not None and "shims" not in Path(found).parts:
+        return Path(found)
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    installs = sorted(
+        (pyenv_root / "versions").glob(f"{version}.*"),
+        key=lambda path: [int(part) if part.isdigit() else 0 for part in path.name.split(".")],
+    )
+    for install in reversed(installs):
+        if (install / "bin" / "python").exists():
+            return install / "bin" / "python"
+    return None
+
+
+def virtualenv(version: str, python: Path) -> Path:
+    """.venv-pyX.Y with the package (editable) and its test extra, made or refreshed as needed; its python."""
+    venv = REPO_ROOT / f".venv-py{version}"
+    stamp = venv / ".installed"
+    pyproject = REPO_ROOT / "python" / "pyproject.toml"
+    if not stamp.exists() or stamp.stat().st_mtime < pyproject.stat().st_mtime:
+        subprocess.run([str(python), "-m", "venv", "--clear", str(venv)], check=True, timeout=INSTALL_TIMEOUT)
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "-e",
+                f"{REPO_ROOT / 'python'}[test]",
+            ],
+            check=True,
+            timeout=INSTALL_TIMEOUT,
+            capture_output=True,
+        )
+        stamp.touch()
+    return venv / "bin" / "python"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", OLDEST_AND_NEWEST)
+def test_the_client_and_worker_tests_pass_on(version: str) -> None:
+    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
+        pytest.skip(f"Python {version} runs the whole suite already")
+    python = interpreter(version)
+    if python is None:
+        pytest.skip(f"Python {version} is not on this machine (python{version} on PATH, or under pyenv)")
+    venv_python = virtualenv(version, python)
+
+    tests = ["tests/client", "tests/worker", "--ignore=tests/worker/test_chaos.py"]
+    result = subprocess.run(
+        [str(venv_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+
+    summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+    assert result.returncode == 0, (
+        f"on Python {version}: {summary}\n{result.stdout[-6000:]}{result.stderr[-3000:]}"
+    )
+    assert " passed" in summary and "skipped" not in summary, summary
