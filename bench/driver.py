@@ -46,6 +46,7 @@ from psycopg import sql
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent / "tools"))
 
+from contenders._util import describe  # noqa: E402
 from contenders.base import Contender, Target, WorkerHooks  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
@@ -212,7 +213,8 @@ class WorkTask(Task):
 def _child_main(index: int, inbox: Connection, outbox: Queue[tuple[Any, ...]], shared: _Shared) -> None:
     """A worker process: run the tasks the driver sends, one at a time, until it sends None.
 
-    Each task comes with the number of its run; the process answers ("finished", run, index, error).
+    Each task comes with the number of its run; the process answers ("finished", run, index, error),
+    error None or the exception on one line, then its traceback.
     """
     hooks = _hooks(shared)
     while True:
@@ -226,8 +228,8 @@ def _child_main(index: int, inbox: Connection, outbox: Queue[tuple[Any, ...]], s
         error: str | None = None
         try:
             task.run(hooks, outbox)
-        except BaseException:
-            error = traceback.format_exc()
+        except BaseException as exc:
+            error = f"{describe(exc)}\n{traceback.format_exc()}"
         outbox.put(("finished", run, index, error))
 
 
@@ -250,13 +252,18 @@ class Measured:
     processed: int
     seconds: float
     capped: bool = False
-    error: str | None = None
+    error: str | None = None  # its first line says what failed (``summary``), a traceback may follow
     first_job: float | None = None  # seconds from the release to the first job processed
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent around the run, by phase
 
     @property
     def rate(self) -> float:
         return self.processed / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def summary(self) -> str:
+        """The error's first line ("" without an error)."""
+        return (self.error or "").strip().split("\n", 1)[0]
 
 
 @dataclass
@@ -371,7 +378,7 @@ class WorkerPool:
             if self._finished:
                 error = next(iter(self._finished.values())) or "a task returned before calling ready()"
                 self.finish()
-                raise RuntimeError(f"a worker process failed before it was ready:\n{error}")
+                raise RuntimeError(f"a worker process failed before it was ready: {error}")
             if time.monotonic() > deadline:
                 self.finish()
                 raise RuntimeError(f"worker processes not ready after {READY_TIMEOUT:.0f} s")

@@ -24,14 +24,12 @@ interleaved repeats:
 from __future__ import annotations
 
 import os
-import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -41,64 +39,46 @@ for folder in (BENCH, ROOT / "tools"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from contenders.article import DDL  # noqa: E402
-from contenders.sql_ceiling import ONE_TRIP  # noqa: E402
+from contenders._pgbench import ENQUEUE_ONE, ONE_TRIP, run_pgbench  # noqa: E402
+from contenders._util import insert_queued  # noqa: E402
+from contenders.article import CLAIM_SQL, DDL, DONE_SQL  # noqa: E402
+from contenders.article import QUEUE as ARTICLE_QUEUE  # noqa: E402
+from contenders.pgjobq_sql import ENQUEUE_MANY_SQL, QUEUE  # noqa: E402
+from report import table  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
-QUEUE = "bench"
 REPEATS = 3
 SECONDS = 3
 CLIENTS = 4
 
-ARTICLE_ONE = f"""\
-UPDATE jobs SET status = 'running', locked_by = 'w', locked_at = now(), attempts = attempts + 1
- WHERE id IN (SELECT id FROM jobs WHERE queue = '{QUEUE}' AND status = 'queued' AND run_at <= now()
-               ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING id \\gset
-UPDATE jobs SET status = 'done', finished_at = now(), locked_by = NULL, locked_at = NULL
- WHERE id = :id AND status = 'running';
-"""
-ENQUEUE_ONE = f"SELECT jobq.enqueue('{QUEUE}', '{{\"n\": 1}}');\n"
+# The article's worker on one job: its claim (batch 1), then its done, its own statements (article.py).
+ARTICLE_ONE = (
+    CLAIM_SQL.strip() % {"w": "'w'", "q": f"'{ARTICLE_QUEUE}'", "n": 1}
+    + " \\gset\n"
+    + DONE_SQL % ":id"
+    + ";\n"
+)
 ROWS = 100_000
-PAYLOADS = "jsonb_build_object('n', g)"
 
 
-def pgbench(server: ThrowawayPostgres, dbname: str, script: str, *, durable: bool, batch: int = 1) -> float:
+def pgbench(server: ThrowawayPostgres, dbname: str, script: str, *, durable: bool) -> float:
     """Transactions per second of CLIENTS pgbench clients looping over script for SECONDS."""
-    with tempfile.NamedTemporaryFile("w", suffix=".sql", prefix="pgjobq-profile-") as file:
-        file.write(script)
-        file.flush()
-        env = {**os.environ, "PGOPTIONS": f"-c synchronous_commit={'on' if durable else 'off'}"}
-        result = subprocess.run(
-            [
-                str(server.bindir / "pgbench"), "--no-vacuum", "--protocol=prepared",
-                f"--client={CLIENTS}", f"--jobs={CLIENTS}", f"--time={SECONDS}",
-                f"--define=batch={batch}", "--define=ids={}", "--define=leases={}",
-                f"--file={file.name}", f"--host={server.host}", f"--port={server.port}",
-                f"--username={server.user}", dbname,
-            ],
-            capture_output=True, text=True, check=False, env=env,
-        )  # fmt: skip
-    found = re.search(r"^tps = ([0-9.]+)", result.stdout, re.M)
-    if result.returncode != 0 or found is None:
-        raise RuntimeError(f"pgbench failed:\n{result.stdout}{result.stderr}")
-    return float(found.group(1))
-
-
-def median_of(measure: Callable[[], float]) -> float:
-    return statistics.median(measure() for _ in range(REPEATS))
-
-
-def insert_rows(table: str, rows: int) -> str:
-    """An INSERT of rows queued jobs into table, with the payloads built by the server."""
-    return (
-        f"INSERT INTO {table} (queue, payload) SELECT '{QUEUE}', {PAYLOADS} FROM generate_series(1, {rows}) g"
+    run = run_pgbench(
+        server.bindir,
+        server.dsn(dbname),
+        script,
+        clients=CLIENTS,
+        seconds=SECONDS,
+        options=f"-c synchronous_commit={'on' if durable else 'off'}",
     )
+    if run.drained:
+        raise RuntimeError(f"the backlog of {dbname} ran out during a pgbench run: fill more jobs")
+    return run.tps
 
 
-def fill(dsn: str, table: str, rows: int) -> None:
+def fill(dsn: str, table: str, queue: str, rows: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(insert_rows(table, rows))
+        insert_queued(conn, table, queue, 1, rows)
         conn.execute("CHECKPOINT")
 
 
@@ -112,8 +92,8 @@ def claim_and_acknowledge(server: ThrowawayPostgres) -> list[list[str]]:
         conn.execute(DDL)
     with psycopg.connect(server.dsn("profile_pgjobq"), autocommit=True) as conn:
         conn.execute("CREATE EXTENSION pgjobq")
-    fill(server.dsn("profile_article"), "jobs", 400_000)
-    fill(server.dsn("profile_pgjobq"), "jobq.jobs", 400_000)
+    fill(server.dsn("profile_article"), "jobs", ARTICLE_QUEUE, 400_000)
+    fill(server.dsn("profile_pgjobq"), "jobq.jobs", QUEUE, 400_000)
     rows = []
     for durable in (True, False):
         rates: dict[str, list[float]] = {"article": [], "pgjobq": []}
@@ -152,16 +132,18 @@ def enqueue_with_and_without_notify(server: ThrowawayPostgres) -> list[list[str]
 
 def bulk_insert(server: ThrowawayPostgres) -> list[list[str]]:
     """Section 3: rows per second of 100,000 jobs in one statement, three ways."""
-    built = f"ARRAY(SELECT {PAYLOADS} FROM generate_series(1, {ROWS}) g)"
-    statements: Mapping[str, tuple[str, str]] = {
+    statements: Mapping[str, tuple[str, Callable[[psycopg.Connection[Any]], object]]] = {
         "jobq.enqueue_many, payloads built by the server": (
             "TRUNCATE jobq.jobs",
-            f"SELECT cardinality(jobq.enqueue_many('{QUEUE}', {built}))",
+            lambda conn: conn.execute(ENQUEUE_MANY_SQL, {"queue": QUEUE, "first": 1, "last": ROWS}),
         ),
-        "INSERT INTO jobq.jobs, trigger disabled": ("TRUNCATE jobq.jobs", insert_rows("jobq.jobs", ROWS)),
+        "INSERT INTO jobq.jobs, trigger disabled": (
+            "TRUNCATE jobq.jobs",
+            lambda conn: insert_queued(conn, "jobq.jobs", QUEUE, 1, ROWS),
+        ),
         "INSERT INTO a copy of jobq.jobs without indexes or constraints": (
             "TRUNCATE bare_jobs",
-            insert_rows("bare_jobs", ROWS),
+            lambda conn: insert_queued(conn, "bare_jobs", QUEUE, 1, ROWS),
         ),
     }
     times: dict[str, list[float]] = {name: [] for name in statements}
@@ -174,7 +156,7 @@ def bulk_insert(server: ThrowawayPostgres) -> list[list[str]]:
                 trigger = "DISABLE" if "trigger disabled" in name else "ENABLE"
                 conn.execute(f"ALTER TABLE jobq.jobs {trigger} TRIGGER jobs_notify_trg")
                 started = time.perf_counter()
-                conn.execute(insert)
+                insert(conn)
                 times[name].append(time.perf_counter() - started)
         conn.execute("ALTER TABLE jobq.jobs ENABLE TRIGGER jobs_notify_trg")
     return [[name, f"{ROWS / statistics.median(spent):,.0f}"] for name, spent in times.items()]
@@ -204,12 +186,6 @@ def latency_parts(server: ThrowawayPostgres) -> list[list[str]]:
                 worker.execute(query).fetchall()
                 samples[name].append((time.perf_counter() - started) * 1000)
     return [[name, f"{statistics.median(values):.2f}"] for name, values in samples.items()]
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ drift of the machine cancels) and then summarised the same way.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import statistics
 import sys
@@ -33,6 +34,15 @@ DASH = "\u2013"  # the en dash of ranges
 
 OURS = ("article", "article_bulk", "sql_ceiling", "sql_ceiling_one_trip", "pgjobq_sql", "pgjobq_worker")
 WORKER = "pgjobq_worker"
+
+# The throughput ratios listed at every worker count: (label, numerator, denominator, batch of both).
+PAIRS = (
+    ("Worker b1 / article b1", WORKER, "article", 1),
+    ("Worker b50 / SQL ceiling b50", WORKER, "sql_ceiling", 50),
+    ("Worker b50 / one-trip SQL ceiling b50", WORKER, "sql_ceiling_one_trip", 50),
+    ("pgjobq SQL b50 / SQL ceiling b50", "pgjobq_sql", "sql_ceiling", 50),
+    ("Worker b50 / article bulk-done b50", WORKER, "article_bulk", 50),
+)
 
 
 # -- small statistics -------------------------------------------------------------------
@@ -58,6 +68,27 @@ class Spread:
         if self.n == 1 or self.low == self.high:
             return f"{fmt(self.median)}{unit}"
         return f"{fmt(self.median)}{unit} ({fmt(self.low)}{DASH}{fmt(self.high)})"
+
+
+def shown(values: Iterable[float], fmt: Callable[[float], str], empty: str = "\u2014") -> str:
+    """The median and range of values, or empty when there are none."""
+    spread = Spread.of(values)
+    return spread.show(fmt) if spread else empty
+
+
+def median_bounds(values: Sequence[float], confidence: float = 0.9) -> tuple[float, float, float]:
+    """A distribution-free interval for the median of values, and its coverage: the k-th lowest and
+    k-th highest value, k the largest whose coverage 1 - 2 P(Binomial(n, 1/2) < k) is at least
+    confidence (k = 1, the min and max, when none is: with 3 values that covers 75%)."""
+    data, n = sorted(values), len(values)
+
+    def coverage(k: int) -> float:
+        return 1 - 2 * sum(math.comb(n, i) for i in range(k)) / 2.0**n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
+        k += 1
+    return data[k - 1], data[n - k], coverage(k)
 
 
 def rate(value: float) -> str:
@@ -132,13 +163,22 @@ class View:
                     best[rep] = max(best.get(rep, 0.0), rec["rate"])
         return best
 
+    def ratio(self, a: str, b: str, workers: int, batch: int) -> Spread | None:
+        """a's rate / b's, paired per repeat, at these workers and batch."""
+        return paired(self.rates(a, workers, batch), self.rates(b, workers, batch))
+
     def capped(self, contender: str, workers: int, batch: int) -> bool:
         return any(rec["capped"] for rec in self.tp.get((contender, workers, batch), {}).values())
 
 
 def paired(a: dict[int, float], b: dict[int, float]) -> Spread | None:
     """a / b per repeat, over the repeats both have."""
-    return Spread.of(a[rep] / b[rep] for rep in sorted(set(a) & set(b)) if b[rep] > 0)
+    return Spread.of(ratios(a, b))
+
+
+def ratios(a: dict[int, float], b: dict[int, float]) -> list[float]:
+    """a / b per repeat, over the repeats both have, in the order of the repeats."""
+    return [a[rep] / b[rep] for rep in sorted(set(a) & set(b)) if b[rep] > 0]
 
 
 # -- targets ---------------------------------------------------------------------------
@@ -146,7 +186,7 @@ def paired(a: dict[int, float], b: dict[int, float]) -> Spread | None:
 
 @dataclass(frozen=True)
 class Check:
-    """One target of the issue's section 2 against what was measured."""
+    """One of the benchmark's targets against what was measured."""
 
     target: str
     measured: Spread | None
@@ -168,9 +208,9 @@ class Check:
         return f"**missed**: {over:.2f}{TIMES} the limit ({(over - 1) * 100:.0f}% over)"
 
     def row(self) -> list[str]:
-        shown = self.measured.show(self.fmt) if self.measured else "—"
+        measured = self.measured.show(self.fmt) if self.measured else "—"
         bound = ("≥ " if self.at_least else "≤ ") + self.fmt(self.bound)
-        return [self.target, shown, bound, self.status()]
+        return [self.target, measured, bound, self.status()]
 
 
 def latency_quantiles(results: Results, mode: str, q: float) -> Spread | None:
@@ -181,6 +221,20 @@ def latency_quantiles(results: Results, mode: str, q: float) -> Spread | None:
 
 def enqueue_rates(results: Results, variant: str) -> dict[int, float]:
     return {rec["repeat"]: rec["rate"] for rec in results.enqueue if rec["variant"] == variant}
+
+
+def version_rates(results: Results, path: str, role: str) -> dict[int, float]:
+    """Per repeat, the rate of one path of the version comparison on one version ("current"/"previous")."""
+    return {
+        run["repeat"]: run["rate"]
+        for run in results.versions.get("runs", [])
+        if run["path"] == path and run["role"] == role and not run.get("error")
+    }
+
+
+def compared_paths(results: Results) -> list[dict[str, Any]]:
+    """The paths of the version comparison that both versions ran."""
+    return [path for path in results.versions.get("paths", []) if not path.get("missing")]
 
 
 def claim_medians(results: Results, state: str, key: str = "times_ms") -> dict[int, float]:
@@ -227,7 +281,7 @@ def checks(view: View) -> list[Check]:
     found.append(
         Check(
             f"Worker, {four} processes, batch 1 / article's queue, batch 1",
-            paired(view.rates(WORKER, four, 1), view.rates("article", four, 1)),
+            view.ratio(WORKER, "article", four, 1),
             1.5,
             True,
             ratio,
@@ -236,7 +290,7 @@ def checks(view: View) -> list[Check]:
     found.append(
         Check(
             f"Worker, {four} processes, batch 50 / SQL-only ceiling, batch 50",
-            paired(view.rates(WORKER, four, 50), view.rates("sql_ceiling", four, 50)),
+            view.ratio(WORKER, "sql_ceiling", four, 50),
             0.9,
             True,
             ratio,
@@ -337,31 +391,9 @@ def ratio_rows(view: View) -> list[list[str]]:
         if spread is not None:
             rows.append([name, spread.show(ratio), str(spread.n)])
 
-    for count in view.workers:
-        add(
-            f"Worker b1 / article b1, {count}w",
-            paired(view.rates(WORKER, count, 1), view.rates("article", count, 1)),
-        )
-    for count in view.workers:
-        add(
-            f"Worker b50 / SQL ceiling b50, {count}w",
-            paired(view.rates(WORKER, count, 50), view.rates("sql_ceiling", count, 50)),
-        )
-    for count in view.workers:
-        add(
-            f"Worker b50 / one-trip SQL ceiling b50, {count}w",
-            paired(view.rates(WORKER, count, 50), view.rates("sql_ceiling_one_trip", count, 50)),
-        )
-    for count in view.workers:
-        add(
-            f"pgjobq SQL b50 / SQL ceiling b50, {count}w",
-            paired(view.rates("pgjobq_sql", count, 50), view.rates("sql_ceiling", count, 50)),
-        )
-    for count in view.workers:
-        add(
-            f"Worker b50 / article bulk-done b50, {count}w",
-            paired(view.rates(WORKER, count, 50), view.rates("article_bulk", count, 50)),
-        )
+    for label, a, b, batch in PAIRS:
+        for count in view.workers:
+            add(f"{label}, {count}w", view.ratio(a, b, count, batch))
     for other in view.contenders:
         if other in OURS:
             continue
@@ -390,18 +422,38 @@ def ratio_rows(view: View) -> list[list[str]]:
     soak = soak_rates(r.soak) if r.soak else None
     if soak and soak[0] > 0:
         add("soak: last / first", Spread.of([soak[1] / soak[0]]))
+    for path in compared_paths(r):
+        add(
+            f"versions: {path['label']}, {r.versions['current']} / {r.versions['previous']}",
+            paired(version_rates(r, path["name"], "current"), version_rates(r, path["name"], "previous")),
+        )
     return rows
 
 
 # -- plots -------------------------------------------------------------------------------
 
 
-def plot_throughput(view: View, path: Path) -> bool:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files only, no display), imported when first needed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(fig: Any, path: Path) -> bool:
+    """Write the figure to path as PNG and free it."""
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return True
+
+
+def plot_throughput(view: View, path: Path) -> bool:
+    import matplotlib
+
+    plt = _pyplot()
     if not view.tp:
         return False
     batches = view.batches
@@ -451,20 +503,13 @@ def plot_throughput(view: View, path: Path) -> bool:
         f"({meta.get('mode')} run, {meta.get('started', '')[:10]})"
     )
     fig.tight_layout(rect=(0, 0.1 + 0.03 * ((len(labels) - 1) // 5), 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def plot_latency(results: Results, path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     if not results.latency:
         return False
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = _pyplot().subplots(figsize=(7, 4.2))
     for mode, label in (("notify", "LISTEN/NOTIFY"), ("poll", "polling only")):
         samples = sorted(s for rec in results.latency if rec["mode"] == mode for s in rec["samples_ms"])
         if samples:
@@ -477,22 +522,15 @@ def plot_latency(results: Results, path: Path) -> bool:
     ax.legend()
     ax.set_title("Latency on an idle pgjobq Worker")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def plot_soak(results: Results, path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     soak = results.soak
     samples = soak.get("samples") or []
     if len(samples) < 2:
         return False
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    fig, (top, bottom) = _pyplot().subplots(2, 1, figsize=(8, 6), sharex=True)
     ts = [s["t"] for s in samples]
     mids, rates = [], []
     for before, after in itertools.pairwise(samples):
@@ -527,9 +565,7 @@ def plot_soak(results: Results, path: Path) -> bool:
         fontsize=10,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 # -- the report -------------------------------------------------------------------------
@@ -657,6 +693,76 @@ def _enqueue_section(r: Results) -> list[str]:
     return out
 
 
+def _versions_section(r: Results) -> list[str]:
+    v = r.versions
+    if not v:
+        return []
+    out = ["## Current version vs previous", ""]
+    if v.get("error"):
+        return [*out, f"Not measured: {v['error']}"]
+    current, previous, within = v["current"], v["previous"], float(v["within"])
+    out.append(
+        f"pgjobq's own SQL, the current version ({current}, the extension's default) against the previous "
+        f"one ({previous}, `CREATE EXTENSION pgjobq VERSION '{previous}'`), each in a database of its "
+        f"own on the same server, driven by pgbench: {v['clients']} clients, prepared statements, "
+        f"{v['seconds']} s per run, durable commits; the two versions' runs of a path follow each other, "
+        "in alternating order. A claim path starts from a backlog queued just before (jobs done per "
+        "second of pgbench's time); the enqueue from an empty table. A new version must keep the two hot "
+        f"paths within {(1 - within) * 100:.0f}% of the previous one (current / previous "
+        f"≥ {ratio(within)} for the median of the ratios paired per repeat): *yes* when a "
+        "distribution-free interval for that median lies above the bound, *no* when it lies below, "
+        "else *undecided*: more repeats (`--repeats`) narrow the interval, a quieter machine the "
+        "ratios. The interval is the k-th lowest to the k-th highest ratio, k the largest that covers "
+        "the median with 90% or more (k = 1, the range of the repeats, with fewer than 8 repeats: it "
+        "covers 75% with 3, 94% with 5)."
+    )
+    out.append("")
+    rows = []
+    for path in v.get("paths", []):
+        label = path["label"] + (" (hot path)" if path["hot"] else "")
+        if path.get("missing"):
+            rows.append([label, "\u2014", "\u2014", f"not compared: {path['missing']}", ""])
+            continue
+        before, after = version_rates(r, path["name"], "previous"), version_rates(r, path["name"], "current")
+        each = ratios(after, before)
+        spread = Spread.of(each)
+        drained = any(run.get("drained") for run in v["runs"] if run["path"] == path["name"])
+        verdict = ""
+        if each:
+            low, high, coverage = median_bounds(each)
+            bounds = f"{ratio(low)}{DASH}{ratio(high)} covers the median at {coverage * 100:.0f}%"
+            if low >= within:
+                verdict = f"yes ({bounds})"
+            elif high < within:
+                verdict = f"**no**: {(1 - statistics.median(each)) * 100:.0f}% slower ({bounds})"
+            else:
+                verdict = f"undecided ({bounds})"
+        rows.append(
+            [
+                label + (" †" if drained else ""),
+                shown(before.values(), rate),
+                shown(after.values(), rate),
+                spread.show(ratio) if spread else "\u2014",
+                verdict,
+            ]
+        )
+    out.append(
+        table(
+            [
+                "path",
+                f"previous ({previous}), jobs/s",
+                f"current ({current}), jobs/s",
+                f"current / previous (min{DASH}max)",
+                f"within {(1 - within) * 100:.0f}%",
+            ],
+            rows,
+        )
+    )
+    if any(run.get("drained") for run in v["runs"]):
+        out += ["", "† the backlog ran out in a run before its end: that run's rate is low."]
+    return out
+
+
 def _latency_section(r: Results) -> list[str]:
     if not r.latency:
         return []
@@ -674,7 +780,7 @@ def _latency_section(r: Results) -> list[str]:
         cols = [label]
         for q in (0.5, 0.9, 0.99, 1.0):
             spread = latency_quantiles(r, mode, q)
-            cols.append(spread.show(ms) if spread else "—")
+            cols.append(spread.show(ms) if spread else "\u2014")
         missing = sum(rec["missing"] for rec in r.latency if rec["mode"] == mode)
         cols.append(str(missing))
         rows.append(cols)
@@ -722,10 +828,10 @@ def _claim_section(r: Results) -> list[str]:
                 state,
                 f"{recs[0]['finished_rows']:,}",
                 f"{recs[0]['dead_tuples']:,}",
-                (Spread.of(claim_firsts(r, state).values()) or Spread(0, 0, 0, 0)).show(ms),
-                (Spread.of(claim_firsts(r, state, "buffers").values()) or Spread(0, 0, 0, 0)).show(rate),
-                (Spread.of(claim_medians(r, state).values()) or Spread(0, 0, 0, 0)).show(ms),
-                (Spread.of(claim_medians(r, state, "buffers").values()) or Spread(0, 0, 0, 0)).show(rate),
+                shown(claim_firsts(r, state).values(), ms),
+                shown(claim_firsts(r, state, "buffers").values(), rate),
+                shown(claim_medians(r, state).values(), ms),
+                shown(claim_medians(r, state, "buffers").values(), rate),
                 plan_summary(r.claim_plans.get(state, "")),
             ]
         )
@@ -745,9 +851,9 @@ def _claim_section(r: Results) -> list[str]:
         )
     )
     finished = [state for state in states if state.startswith("finished_")]
-    shown = {"empty", *finished[-1:], *(state for state in states if state.startswith("dead_"))}
+    planned = {"empty", *finished[-1:], *(state for state in states if state.startswith("dead_"))}
     for state, plan in r.claim_plans.items():
-        if plan and state in shown:
+        if plan and state in planned:
             out += [
                 "",
                 f"<details><summary>plan inside jobq.claim, {state}</summary>",
@@ -781,7 +887,7 @@ def _soak_section(r: Results) -> list[str]:
             else ""
         )
     if soak.get("error"):
-        out.append(f"Error: `{soak['error'].strip().splitlines()[-1]}`")
+        out.append(f"Error: `{soak['error'].strip().splitlines()[0]}`")
     out.append("")
     rows = []
     samples = soak.get("samples") or []
@@ -875,7 +981,7 @@ def write_report(results: Results, out: Path) -> str:
         "soak.png": plot_soak(results, out / "soak.png"),
     }
     found = checks(view)
-    targets = table(["target (issue 4, section 2)", "measured", "target", "status"], [c.row() for c in found])
+    targets = table(["target", "measured", "bound", "status"], [c.row() for c in found])
     ratios = table(["ratio (paired per repeat)", f"median (min{DASH}max)", "repeats"], ratio_rows(view))
     meta = results.meta
     total = results.timings.get("total", 0)
@@ -903,6 +1009,8 @@ def write_report(results: Results, out: Path) -> str:
     lines += [*_throughput_section(view), ""]
     lines += [*_work_section(view), ""]
     lines += [*_enqueue_section(results), ""]
+    if versions := _versions_section(results):  # only runs that measured it have the section
+        lines += [*versions, ""]
     lines += [*_latency_section(results), ""]
     if plots["latency.png"]:
         lines += ["![latency distribution](latency.png)", ""]

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/run.py --quick     # make bench-quick: under 2 minutes, everything scaled down
     .venv/bin/python bench/run.py --full      # make bench: at most 15 minutes
+    .venv/bin/python bench/run.py --quick --workloads versions   # current SQL against the previous version
 
 It starts a throwaway PostgreSQL (and Redis when a contender needs it), gives
 every contender a fresh database on that same server, runs the workloads
@@ -32,7 +33,10 @@ from driver import Servers, WorkerPool, timer  # noqa: E402
 from report import write_report  # noqa: E402
 from workloads import FULL, QUICK, Bench, Results  # noqa: E402
 
-WORKLOADS = ("throughput", "work", "enqueue", "latency", "claim_cost", "soak")
+WORKLOADS = ("throughput", "work", "enqueue", "versions", "latency", "claim_cost", "soak")
+CONTENDER_WORKLOADS = ("throughput", "work")  # the others make databases of their own
+POOL_WORKLOADS = ("throughput", "work", "enqueue", "latency", "soak")  # those run in worker processes
+COMPARE_WITH_ENV = "PGJOBQ_BENCH_COMPARE_WITH"
 PACKAGES = (
     "pgjobq-py",
     "psycopg",
@@ -76,6 +80,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--repeats", type=int, default=3, help="interleaved repeats of each figure (default 3)"
     )
     parser.add_argument("--out", type=Path, help="output folder (default bench/results/latest or .../quick)")
+    parser.add_argument(
+        "--compare-with", metavar="VERSION", default=os.environ.get(COMPARE_WITH_ENV) or None,
+        help="the pgjobq version the versions workload compares the current one with (default: the one "
+        f"before the extension's default_version among those installed; env {COMPARE_WITH_ENV})",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     unknown = sorted(set(args.workloads) - set(WORKLOADS))
     if unknown:
@@ -153,9 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         "docs": {name: _describe(type(c)) for name, c in contenders.items()},
         "workloads": args.workloads,
     }
-    needs_redis = any(c.needs_redis for c in contenders.values())
+    with_contenders = any(workload in args.workloads for workload in CONTENDER_WORKLOADS)
+    needs_redis = with_contenders and any(c.needs_redis for c in contenders.values())
     log(f"{scale.name} run: {len(contenders)} contenders ({', '.join(contenders)}), {args.repeats} repeats")
-    with Servers(redis=needs_redis) as servers, WorkerPool(scale.pool_size) as pool:
+    # no worker processes when no workload runs in them: their start-up would overlap the first runs
+    pool_size = scale.pool_size if any(workload in args.workloads for workload in POOL_WORKLOADS) else 0
+    with Servers(redis=needs_redis) as servers, WorkerPool(pool_size) as pool:
         pool.preload(["workloads", *sorted({type(c).__module__ for c in contenders.values()})])
         with servers.admin() as conn, conn.cursor() as cur:
             cur.execute(SERVER_FACTS)
@@ -168,10 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             f"PostgreSQL {facts.get('server_version')} on port {servers.pg.port}; "
             f"{servers.redis_note or 'no Redis'}"
         )
-        bench = Bench(scale, args.repeats, servers, pool, contenders, results, log)
-        with timer() as elapsed:
-            bench.prepare_contenders()
-        results.timings["setup"] = elapsed()
+        bench = Bench(scale, args.repeats, servers, pool, contenders, results, log, args.compare_with)
+        if with_contenders:
+            with timer() as elapsed:
+                bench.prepare_contenders()
+            results.timings["setup"] = elapsed()
         for workload in WORKLOADS:
             if workload not in args.workloads:
                 continue

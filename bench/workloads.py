@@ -16,6 +16,8 @@ the machine hits all of them alike.  Results are plain dicts and lists
   rows in the table, and with dead tuples not yet vacuumed.
 - soak: a large backlog through 4 pgjobq Workers while another session
   holds a transaction (a snapshot) open; throughput and sizes over time.
+- versions: pgjobq's own SQL, the current version against the previous one
+  (two databases, one per version), on the hot paths, driven by pgbench.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -36,29 +39,22 @@ import psycopg
 import pgjobq
 
 from contenders import article
+from contenders._pgbench import CLAIM_COMPLETE, ENQUEUE_ONE, ONE_TRIP, run_pgbench
+from contenders._util import describe, insert_queued, payloads
 from contenders.base import Contender, Target, WorkerHooks
-from contenders.pgjobq_sql import QUEUE, pgjobq_setup
+from contenders.pgjobq_sql import ENQUEUE_MANY_SQL, QUEUE, pgjobq_reset, pgjobq_setup
 from contenders.pgjobq_worker import PgjobqWorker, run_until, worker_settings
-from contenders.sql_ceiling import DrivenContender
+from contenders.sql_ceiling import DrivenContender, count_done
 from driver import Measured, Servers, Task, WorkerPool, WorkTask, timer
 
-__all__ = ["FULL", "QUICK", "Bench", "Scale"]
+__all__ = ["FULL", "QUICK", "VERSION_PATHS", "Bench", "Scale", "previous_version"]
 
 IDEAL_PER_WORKER = 200.0  # jobs/s one worker can do at 5 ms per job
 MIN_BACKLOG = 1_000  # the smallest backlog a zero-work run is given (see Bench._backlog)
 
-# jobs built by the server: one jobq.enqueue_many call of jobs %(first)s..%(last)s
-BULK_SQL = """
-SELECT cardinality(jobq.enqueue_many(%(queue)s, array_agg(jsonb_build_object('i', g))))
-  FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g
-"""
-
-# Table states for the claim cost and the soak are built straight into jobq.jobs (as the extension's
-# owner): these workloads measure claiming, not enqueueing, and this is several times faster.
-QUEUED_SQL = """
-INSERT INTO jobq.jobs (queue, payload)
-SELECT %(queue)s, jsonb_build_object('i', g) FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g
-"""
+# Table states for the claim cost, the soak and the version comparison are built straight into
+# jobq.jobs (insert_queued, as the extension's owner): these workloads measure claiming, not
+# enqueueing, and this is several times faster.
 FINISHED_SQL = """
 INSERT INTO jobq.jobs (queue, payload, status, attempts, lease, locked_by, locked_at, finished_at)
 SELECT %(queue)s, jsonb_build_object('i', g), 'done', 1, 1, 'builder', now(), now()
@@ -102,6 +98,10 @@ class Scale:
     soak_window: float
     soak_limit: float
     soak_compare: float  # "first minute" and "last minute" of the soak, in seconds
+    # versions
+    versions_clients: int
+    versions_seconds: int  # per run (pgbench -T, whole seconds)
+    versions_backlog: int  # jobs queued before a claim run, times its batch, until earlier runs tell more
     # a CHECKPOINT before every run, so that none falls inside one (the quick run is shorter than
     # checkpoint_timeout and writes far less than max_wal_size: no checkpoint can start during it)
     checkpoint_each_run: bool = True
@@ -138,6 +138,9 @@ FULL = Scale(
     soak_window=10.0,
     soak_limit=300.0,
     soak_compare=60.0,
+    versions_clients=4,
+    versions_seconds=2,
+    versions_backlog=10_000,
 )
 
 QUICK = Scale(
@@ -167,8 +170,66 @@ QUICK = Scale(
     soak_window=1.0,
     soak_limit=10.0,
     soak_compare=2.5,
+    versions_clients=4,
+    versions_seconds=1,
+    versions_backlog=10_000,
     checkpoint_each_run=False,
 )
+
+
+@dataclass(frozen=True)
+class VersionPath:
+    """A hot path of the version comparison: its pgbench script and batch, and what its rate counts."""
+
+    name: str
+    label: str
+    script: str
+    batch: int = 1
+    claims: bool = True  # True: a backlog is queued before each run and the jobs done are counted
+    needs: str | None = None  # a call, as the script makes it, that older versions cannot take
+
+
+# positional, as the script calls it: a later version with more (defaulted) arguments still takes it
+COMPLETE_AND_CLAIM = "jobq.complete_and_claim('{}'::bigint[], '{}'::bigint[], 'bench', 1, 'pgbench')"
+
+VERSION_PATHS = (
+    VersionPath("claim_complete", "claim + complete, one job per transaction pair", CLAIM_COMPLETE),
+    VersionPath("enqueue", "single-row enqueue", ENQUEUE_ONE, claims=False),
+    VersionPath("complete_and_claim_1", "complete_and_claim, batch 1", ONE_TRIP, 1, needs=COMPLETE_AND_CLAIM),
+    VersionPath(
+        "complete_and_claim_10", "complete_and_claim, batch 10", ONE_TRIP, 10, needs=COMPLETE_AND_CLAIM
+    ),
+)
+HOT_PATHS = ("claim_complete", "enqueue")  # a new version keeps these within 3% of the previous one
+WITHIN = 0.97  # current / previous, at least
+
+AVAILABLE_VERSIONS = """
+SELECT e.default_version, array_agg(v.version::text)
+  FROM pg_available_extensions AS e JOIN pg_available_extension_versions AS v USING (name)
+ WHERE e.name = 'pgjobq'
+ GROUP BY e.default_version
+"""
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def previous_version(conn: psycopg.Connection[Any], compare_with: str | None) -> str:
+    """The version the versions workload compares the current one (the default_version of the installed
+    extension) with: compare_with, else the newest version below the current among those installed."""
+    row = conn.execute(AVAILABLE_VERSIONS).fetchone()
+    if row is None:
+        raise RuntimeError("the pgjobq extension is not installed in this PostgreSQL")
+    current, available = str(row[0]), sorted((str(v) for v in row[1]), key=_version_key)
+    if compare_with is not None:
+        if compare_with not in available:
+            raise RuntimeError(f"pgjobq {compare_with} is not installed (installed: {', '.join(available)})")
+        return compare_with
+    older = [version for version in available if _version_key(version) < _version_key(current)]
+    if not older:
+        raise RuntimeError(f"no version of pgjobq older than {current} is installed to compare with")
+    return older[-1]
 
 
 # -- tasks the worker processes run besides contenders' loops ----------------------------
@@ -232,6 +293,7 @@ class Results:
     claim_cost: list[dict[str, Any]] = field(default_factory=list)
     claim_plans: dict[str, str] = field(default_factory=dict)
     soak: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
@@ -255,14 +317,17 @@ def _measured(record: dict[str, Any], measured: Measured) -> dict[str, Any]:
     return record
 
 
-def _bulk(conn: psycopg.Connection[Any], first: int, last: int) -> None:
-    """Jobs first..last in one jobq.enqueue_many call, payloads built by the server."""
-    conn.execute(BULK_SQL, {"queue": QUEUE, "first": first, "last": last})
-
-
 def _queued(conn: psycopg.Connection[Any], first: int, last: int) -> None:
     """Queued jobs first..last inserted straight into jobq.jobs (building a table state, not enqueueing)."""
-    conn.execute(QUEUED_SQL, {"queue": QUEUE, "first": first, "last": last})
+    insert_queued(conn, "jobq.jobs", QUEUE, first, last)
+
+
+def rotated(items: list[str], repeat: int) -> list[str]:
+    """items in the order of this repeat: rotated, so that none always follows the same one."""
+    if not items:
+        return items
+    shift = repeat % len(items)
+    return items[shift:] + items[:shift]
 
 
 def _batch_for(contender: Contender, batch: int) -> int:
@@ -271,11 +336,6 @@ def _batch_for(contender: Contender, batch: int) -> int:
         return batch
     below = [b for b in contender.batches if b <= batch]
     return max(below) if below else min(contender.batches)
-
-
-def _first_line(text: str | None) -> str:
-    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
 
 
 # -- the workloads -----------------------------------------------------------------------
@@ -292,6 +352,7 @@ class Bench:
     contenders: dict[str, Contender]
     results: Results
     log: Callable[[str], None]
+    compare_with: str | None = None  # the versions workload's previous version (None: the one before)
     targets: dict[str, Target] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
 
@@ -308,18 +369,14 @@ class Bench:
                 target = self.servers.create_database(f"bench_{name}")
                 contender.setup(target)
             except Exception as exc:
-                self.results.skipped[name] = f"setup failed: {type(exc).__name__}: {_first_line(str(exc))}"
+                self.results.skipped[name] = f"setup failed: {describe(exc)}"
                 del self.contenders[name]
                 continue
             self.targets[name] = target
 
-    def _order(self, repeat: int) -> list[str]:
-        """Contenders in the order of this repeat: rotated, so none always follows the same one."""
-        names = list(self.contenders)
-        if not names:
-            return names
-        shift = repeat % len(names)
-        return names[shift:] + names[:shift]
+    def _settle(self, target: Target) -> None:
+        """ANALYZE the target's tables, and CHECKPOINT where the scale asks for it (Servers.settle)."""
+        self.servers.settle(target.dsn, checkpoint=self.scale.checkpoint_each_run)
 
     def _load(self, name: str, count: int, workload: str) -> dict[str, float]:
         """Reset the contender, load count jobs (timed), and settle the database; return the phases' times."""
@@ -330,7 +387,7 @@ class Bench:
             contender.enqueue(target, count)
         self.results.loads.append({"contender": name, "workload": workload, "jobs": count, "seconds": load()})
         with timer() as settle:
-            self.servers.settle(target.dsn, checkpoint=self.scale.checkpoint_each_run)
+            self._settle(target)
         return {"reset": reset(), "load": load(), "settle": settle()}
 
     def _run(
@@ -354,7 +411,7 @@ class Bench:
         for repeat in range(self.repeats):
             for count in scale.work_workers if work else scale.workers:
                 for batch in (scale.work_batch,) if work else scale.batches:
-                    for name in self._order(repeat):
+                    for name in rotated(list(self.contenders), repeat):
                         contender = self.contenders[name]
                         if work and isinstance(contender, DrivenContender) and not contender.supports_work:
                             continue  # pgbench has no handler to wait in
@@ -409,7 +466,7 @@ class Bench:
             run.update(repeat=repeat, jobs=jobs, limit=limit)
             records.append(_measured(run, measured))
             if measured.error:
-                self.broken[name] = _first_line(measured.error)
+                self.broken[name] = measured.summary
                 self.log(f"  {name}: FAILED ({self.broken[name]}); skipping it from now on")
                 continue
             first = f"first job {measured.first_job * 1000:5.0f} ms" if measured.first_job else ""
@@ -435,15 +492,13 @@ class Bench:
             "article_insert": ("article", article_target),
         }
         for repeat in range(self.repeats):
-            names = list(variants)
-            names = names[repeat % len(names) :] + names[: repeat % len(names)]
-            for variant in names:
+            for variant in rotated(list(variants), repeat):
                 kind, target = variants[variant]
                 with psycopg.connect(target.dsn, autocommit=True) as conn:
                     conn.execute("TRUNCATE jobq.jobs" if kind == "pgjobq" else article.RESET_SQL)
                     if variant == "pgjobq_no_trigger":
                         conn.execute("ALTER TABLE jobq.jobs DISABLE TRIGGER jobs_notify_trg")
-                self.servers.settle(target.dsn, checkpoint=self.scale.checkpoint_each_run)
+                self._settle(target)
                 try:
                     tasks: list[Task] = [EnqueueTask(target.dsn, kind, per_client)] * scale.enqueue_clients
                     measured = self.pool.measure(tasks, goal=total, limit=120)
@@ -464,18 +519,17 @@ class Bench:
                 )
                 self.log(f"  r{repeat} {variant:<22} {measured.rate:>9.0f} jobs/s")
             for variant in ("bulk_python", "bulk_sql"):
-                with psycopg.connect(pgjobq_target.dsn, autocommit=True) as conn:
-                    conn.execute("TRUNCATE jobq.jobs")
-                self.servers.settle(pgjobq_target.dsn, checkpoint=self.scale.checkpoint_each_run)
+                pgjobq_reset(pgjobq_target)
+                self._settle(pgjobq_target)
                 count = scale.enqueue_bulk_jobs
                 with psycopg.connect(pgjobq_target.dsn, autocommit=True) as conn:
                     if variant == "bulk_python":
-                        payloads = [{"i": i} for i in range(count)]
+                        jobs = payloads(range(count))
                         with timer() as elapsed:
-                            pgjobq.enqueue_many(conn, QUEUE, payloads)
+                            pgjobq.enqueue_many(conn, QUEUE, jobs)
                     else:
                         with timer() as elapsed:
-                            _bulk(conn, 1, count)
+                            conn.execute(ENQUEUE_MANY_SQL, {"queue": QUEUE, "first": 1, "last": count})
                 measured = Measured(count, elapsed())
                 self.results.enqueue.append(
                     _measured({"variant": variant, "clients": 1, "jobs": count, "repeat": repeat}, measured)
@@ -491,8 +545,7 @@ class Bench:
         pgjobq_setup(target)
         rng = random.Random(4)
         for repeat in range(self.repeats):
-            modes = ["notify", "poll"] if repeat % 2 == 0 else ["poll", "notify"]
-            for mode in modes:
+            for mode in rotated(["notify", "poll"], repeat):
                 samples, missing = self._latency_run(target, mode == "notify", rng)
                 self.results.latency.append(
                     {
@@ -513,9 +566,8 @@ class Bench:
 
     def _latency_run(self, target: Target, listen: bool, rng: random.Random) -> tuple[list[float], int]:
         scale = self.scale
-        with psycopg.connect(target.dsn, autocommit=True) as conn:
-            conn.execute("TRUNCATE jobq.jobs")
-        self.servers.settle(target.dsn, checkpoint=self.scale.checkpoint_each_run)
+        pgjobq_reset(target)
+        self._settle(target)
         self.pool.take_messages("started")
         self.pool.start([LatencyTask(target.dsn, listen, scale.latency_poll)], goal=1 << 60)
         committed: dict[int, float] = {}
@@ -575,9 +627,7 @@ class Bench:
             if state != dead_state:
                 build(state)
         for repeat in range(self.repeats):
-            names = list(states)
-            names = names[repeat % len(names) :] + names[: repeat % len(names)]
-            for state in names:
+            for state in rotated(list(states), repeat):
                 finished, dead = states[state]
                 target = build(state) if state == dead_state else targets[state]
                 times, buffers = self._claim_samples(target)
@@ -665,6 +715,113 @@ class Bench:
         inner = [n for n in notices if "jobq.jobs" in n or "Index Scan" in n or "Seq Scan" in n]
         return inner[0] if inner else (notices[0] if notices else "")
 
+    # -- versions -----------------------------------------------------------------------
+
+    def versions(self) -> None:
+        """pgjobq's SQL, the current version against the previous one, on the hot paths (pgbench).
+
+        One database per version on the same server: the default version of the installed extension,
+        and ``CREATE EXTENSION pgjobq VERSION '<previous>'``.  Every repeat runs every path on both,
+        the two runs of a path back to back in alternating order; a path calling a function one of the
+        versions lacks is left out and said so.
+        """
+        scale = self.scale
+        record: dict[str, Any] = {
+            "clients": scale.versions_clients,
+            "seconds": scale.versions_seconds,
+            "within": WITHIN,
+            "runs": [],
+        }
+        self.results.versions = record
+        targets: dict[str, Target] = {}
+        try:
+            with self.servers.admin() as conn:
+                previous = previous_version(conn, self.compare_with)
+            for role, version in (("previous", previous), ("current", None)):
+                targets[role] = self.servers.create_database(f"bench_version_{role}")
+                pgjobq_setup(targets[role], version)
+        except Exception as exc:
+            record["error"] = describe(exc)
+            self.log(f"  cannot compare versions: {record['error']}")
+            return
+        installed = {role: _extension_version(target) for role, target in targets.items()}
+        record.update(current=installed["current"], previous=installed["previous"], paths=[])
+        measured: list[VersionPath] = []
+        for path in VERSION_PATHS:
+            lacking = [version for role, version in installed.items() if not _has(targets[role], path.needs)]
+            name = (path.needs or "").split("(")[0]
+            missing = (
+                f"{name}, called as the script calls it, is not in {', '.join(lacking)}" if lacking else None
+            )
+            record["paths"].append(
+                {
+                    "name": path.name,
+                    "label": path.label,
+                    "batch": path.batch,
+                    "hot": path.name in HOT_PATHS,
+                    "missing": missing,
+                }
+            )
+            if missing:
+                self.log(f"  {path.name}: left out, {missing}")
+            else:
+                measured.append(path)
+        self.log(f"  pgjobq {installed['current']} (current) against {installed['previous']} (previous)")
+        failed: set[str] = set()
+        for repeat in range(self.repeats):
+            for path in measured:
+                if path.name in failed:
+                    continue
+                backlog = self._version_backlog(path)
+                for role in rotated(["previous", "current"], repeat):
+                    try:
+                        run = self._version_run(targets[role], path, backlog)
+                    except Exception as exc:
+                        run = {"error": describe(exc)}
+                        failed.add(path.name)
+                    run.update(path=path.name, role=role, version=installed[role], repeat=repeat)
+                    record["runs"].append(run)
+                    shown = (
+                        run.get("error")
+                        or f"{run['rate']:>9.0f} jobs/s{'  (drained)' if run['drained'] else ''}"
+                    )
+                    self.log(f"  r{repeat} {path.name:<22} {role:<8} {installed[role]:<8} {shown}")
+
+    def _version_backlog(self, path: VersionPath) -> int:
+        """Jobs to queue before a claim run of path: versions_backlog per job of its batch, or twice the
+        most an earlier run of it processed if that is more (none for the enqueue)."""
+        if not path.claims:
+            return 0
+        runs = self.results.versions["runs"]
+        best = max(
+            (run["processed"] for run in runs if run["path"] == path.name and "error" not in run), default=0
+        )
+        return max(self.scale.versions_backlog * path.batch, math.ceil(2 * best))
+
+    def _version_run(self, target: Target, path: VersionPath, backlog: int) -> dict[str, Any]:
+        """One pgbench run of path on target, from an empty table (and the backlog, for a claim path)."""
+        pgjobq_reset(target)
+        if backlog:
+            with psycopg.connect(target.dsn, autocommit=True) as conn:
+                _queued(conn, 1, backlog)
+        self._settle(target)
+        run = run_pgbench(
+            self.servers.pg.bindir,
+            target.dsn,
+            path.script,
+            clients=self.scale.versions_clients,
+            seconds=self.scale.versions_seconds,
+            batch=path.batch,
+        )
+        processed = count_done(target.dsn) if path.claims else run.transactions
+        return {
+            "backlog": backlog,
+            "processed": processed,
+            "seconds": run.seconds,
+            "rate": processed / run.seconds,
+            "drained": run.drained,
+        }
+
     # -- soak ---------------------------------------------------------------------------
 
     def soak(self) -> None:
@@ -746,6 +903,24 @@ SELECT pg_relation_size('jobq.jobs') AS table_bytes,
   FROM pg_stat_user_tables AS s
  WHERE s.relid = 'jobq.jobs'::regclass
 """
+
+
+def _extension_version(target: Target) -> str:
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'pgjobq'").fetchone()
+    return str(row[0]) if row else "?"
+
+
+def _has(target: Target, call: str | None) -> bool:
+    """Whether the target's database can make this function call (planned by EXPLAIN, not run)."""
+    if call is None:
+        return True
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        try:
+            conn.execute(f"EXPLAIN SELECT * FROM {call}")
+        except psycopg.errors.UndefinedFunction:
+            return False
+    return True
 
 
 def _sizes(conn: psycopg.Connection[Any]) -> dict[str, Any]:

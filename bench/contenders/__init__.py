@@ -15,6 +15,7 @@ import importlib
 import inspect
 from dataclasses import dataclass, field
 
+from ._util import describe
 from .base import Contender
 
 __all__ = ["MODULES", "Catalog", "load_catalog"]
@@ -41,11 +42,6 @@ class Catalog:
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 def load_catalog() -> Catalog:
     """Import every contender module that exists and collect its concrete Contender subclasses."""
     catalog = Catalog()
@@ -58,11 +54,11 @@ def load_catalog() -> Catalog:
             catalog.unavailable[stem] = (
                 f"bench/contenders/{stem}.py does not exist"
                 if missing == module_name
-                else f"cannot import {missing} ({_first_line(exc)})"
+                else f"cannot import {missing} ({describe(exc)})"
             )
             continue
         except Exception as exc:  # a broken contender must not stop the others
-            catalog.unavailable[stem] = f"import failed: {_first_line(exc)}"
+            catalog.unavailable[stem] = f"import failed: {describe(exc)}"
             continue
         found = [
             obj

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import psycopg
 
-from ._util import idle, payload_texts
+from ._util import do_work, idle, payload_texts
 from .base import Contender, Target, WorkerHooks
 
 __all__ = ["ArticleBulkDone", "ArticleQueue"]
@@ -107,11 +107,7 @@ class ArticleQueue(Contender):
 
     def enqueue(self, target: Target, count: int) -> None:
         with psycopg.connect(target.dsn, autocommit=True) as conn:
-            conn.execute(ENQUEUE_SQL, (payload_texts(count),))
-
-    def handle(self, payload: dict[str, Any], work_seconds: float) -> None:
-        if work_seconds > 0:
-            time.sleep(work_seconds)
+            conn.execute(ENQUEUE_SQL, (payload_texts(range(count)),))
 
     def work(self, target: Target, batch: int, work_seconds: float, hooks: WorkerHooks) -> None:
         worker = f"worker-{os.getpid()}"
@@ -135,8 +131,8 @@ class ArticleQueue(Contender):
         work_seconds: float,
         hooks: WorkerHooks,
     ) -> None:
-        for job_id, payload, _attempts, _max_attempts in rows:
-            self.handle(payload, work_seconds)
+        for job_id, _payload, _attempts, _max_attempts in rows:
+            do_work(work_seconds)
             conn.execute(DONE_SQL, (job_id,))
             hooks.processed(1)
 
@@ -155,7 +151,7 @@ class ArticleBulkDone(ArticleQueue):
         work_seconds: float,
         hooks: WorkerHooks,
     ) -> None:
-        for _job_id, payload, _attempts, _max_attempts in rows:
-            self.handle(payload, work_seconds)
+        for _job_id, _payload, _attempts, _max_attempts in rows:
+            do_work(work_seconds)
         conn.execute(BULK_DONE_SQL, ([row[0] for row in rows],))
         hooks.processed(len(rows))

@@ -9,36 +9,55 @@ threads, heartbeats and LISTEN connection.
 
 The statements are the two constants below: a new SQL fast path (say, one
 function that acknowledges the previous batch and claims the next) is a
-change of those lines.
+change of those lines.  ``PgjobqContender`` is the database side every
+pgjobq contender shares (the extension, reset, bulk load).
 """
 
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 import pgjobq
 
-from ._util import idle
+from ._util import do_work, idle, payloads
 from .base import Contender, Target, WorkerHooks
 
-__all__ = ["ACK_SQL", "CLAIM_SQL", "QUEUE", "PgjobqSql", "pgjobq_reset", "pgjobq_setup"]
+__all__ = [
+    "ACK_SQL",
+    "CLAIM_SQL",
+    "ENQUEUE_MANY_SQL",
+    "QUEUE",
+    "PgjobqContender",
+    "PgjobqSql",
+    "pgjobq_reset",
+    "pgjobq_setup",
+]
 
 QUEUE = "bench"
 
 CLAIM_SQL = "SELECT id, lease, payload FROM jobq.claim(%s, %s, %s)"
 ACK_SQL = "SELECT count(*) FROM jobq.complete_many(%s::bigint[], %s::bigint[])"
 
+# jobs %(first)s..%(last)s of queue %(queue)s in one jobq.enqueue_many call, payloads built by the server
+ENQUEUE_MANY_SQL = """
+SELECT cardinality(jobq.enqueue_many(%(queue)s, array_agg(jsonb_build_object('i', g))))
+  FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g
+"""
+
 EMPTY_SLEEP = 0.01
 
 
-def pgjobq_setup(target: Target) -> None:
-    """CREATE EXTENSION pgjobq in the target database."""
+def pgjobq_setup(target: Target, version: str | None = None) -> None:
+    """CREATE EXTENSION pgjobq in the target database: its default version, or the one named."""
+    statement = sql.SQL("CREATE EXTENSION pgjobq{}").format(
+        sql.SQL("") if version is None else sql.SQL(" VERSION {}").format(sql.Literal(version))
+    )
     with psycopg.connect(target.dsn, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION pgjobq")
+        conn.execute(statement)
 
 
 def pgjobq_reset(target: Target) -> None:
@@ -47,17 +66,9 @@ def pgjobq_reset(target: Target) -> None:
         conn.execute("TRUNCATE jobq.jobs")
 
 
-def pgjobq_enqueue(target: Target, count: int) -> None:
-    """count jobs in one pgjobq.enqueue_many call (one jobq.enqueue_many statement)."""
-    with psycopg.connect(target.dsn, autocommit=True) as conn:
-        pgjobq.enqueue_many(conn, QUEUE, [{"i": i} for i in range(count)])
-
-
-class PgjobqSql(Contender):
-    """pgjobq's SQL API: jobq.claim, then one jobq.complete_many per batch; prepared statements."""
-
-    name = "pgjobq_sql"
-    label = "pgjobq SQL API"
+class PgjobqContender(Contender):
+    """What every pgjobq contender does alike: the extension, TRUNCATE to reset, and a backlog loaded
+    with one pgjobq.enqueue_many call (one jobq.enqueue_many statement)."""
 
     def setup(self, target: Target) -> None:
         pgjobq_setup(target)
@@ -66,7 +77,15 @@ class PgjobqSql(Contender):
         pgjobq_reset(target)
 
     def enqueue(self, target: Target, count: int) -> None:
-        pgjobq_enqueue(target, count)
+        with psycopg.connect(target.dsn, autocommit=True) as conn:
+            pgjobq.enqueue_many(conn, QUEUE, payloads(range(count)))
+
+
+class PgjobqSql(PgjobqContender):
+    """pgjobq's SQL API: jobq.claim, then one jobq.complete_many per batch; prepared statements."""
+
+    name = "pgjobq_sql"
+    label = "pgjobq SQL API"
 
     def work(self, target: Target, batch: int, work_seconds: float, hooks: WorkerHooks) -> None:
         worker = f"bench-sql-{os.getpid()}"
@@ -79,7 +98,6 @@ class PgjobqSql(Contender):
                     idle(hooks, EMPTY_SLEEP)
                     continue
                 for _id, _lease, _payload in rows:
-                    if work_seconds > 0:
-                        time.sleep(work_seconds)
+                    do_work(work_seconds)
                 row = conn.execute(ACK_SQL, ([r[0] for r in rows], [r[1] for r in rows])).fetchone()
                 hooks.processed(int(row[0]) if row else 0)

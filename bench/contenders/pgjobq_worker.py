@@ -23,18 +23,15 @@ and the start-up is timed.
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Callable
 
 import pgjobq
 
-from .base import Contender, Target, WorkerHooks
-from .pgjobq_sql import QUEUE, pgjobq_enqueue, pgjobq_reset, pgjobq_setup
+from ._util import do_work, stop_when
+from .base import Target, WorkerHooks
+from .pgjobq_sql import QUEUE, PgjobqContender
 
 __all__ = ["PgjobqWorker", "run_until", "worker_settings"]
-
-STOP_CHECK = 0.01  # how often the stop watcher asks the driver (as the PgQueuer and RQ contenders do)
 
 
 def worker_settings(batch: int, **overrides: object) -> pgjobq.WorkerSettings:
@@ -51,16 +48,11 @@ def worker_settings(batch: int, **overrides: object) -> pgjobq.WorkerSettings:
 
 def run_until(worker: pgjobq.Worker, should_stop: Callable[[], bool]) -> None:
     """Run worker in this thread until should_stop() turns true, then stop it gracefully."""
-
-    def watch() -> None:
-        while not should_stop():
-            time.sleep(STOP_CHECK)
-        worker.stop()
-
-    watcher = threading.Thread(target=watch, name="bench-stop-watcher", daemon=True)
-    watcher.start()
-    worker.run(install_signal_handlers=False)
-    watcher.join(timeout=5)
+    ended = stop_when(should_stop, worker.stop)
+    try:
+        worker.run(install_signal_handlers=False)
+    finally:
+        ended.set()
 
 
 class _GatedWorker(pgjobq.Worker):
@@ -86,27 +78,17 @@ class _GatedWorker(pgjobq.Worker):
 GATED = callable(getattr(pgjobq.Worker, "_connect", None))
 
 
-class PgjobqWorker(Contender):
+class PgjobqWorker(PgjobqContender):
     """pgjobq.Worker, concurrency 1, batch as measured, its defaults otherwise (LISTEN, 1 s poll)."""
 
     name = "pgjobq_worker"
     label = "pgjobq Worker"
 
-    def setup(self, target: Target) -> None:
-        pgjobq_setup(target)
-
-    def reset(self, target: Target) -> None:
-        pgjobq_reset(target)
-
-    def enqueue(self, target: Target, count: int) -> None:
-        pgjobq_enqueue(target, count)
-
     def work(self, target: Target, batch: int, work_seconds: float, hooks: WorkerHooks) -> None:
         processed = hooks.processed
 
         def handler(job: pgjobq.Job) -> None:
-            if work_seconds > 0:
-                time.sleep(work_seconds)
+            do_work(work_seconds)
             processed(1)
 
         settings = worker_settings(batch)

@@ -31,12 +31,16 @@ Settings, and why (the client's README and docs, pgmq.github.io/pgmq-py):
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 from pgmq import PGMQueue, install_pgmq_from_sql
 from psycopg_pool import ConnectionPool
 
+from ._util import chunks, do_work, payloads
 from .base import Contender, Target, WorkerHooks
 
 __all__ = ["Pgmq"]
@@ -47,10 +51,14 @@ IDLE_SLEEP = 0.01
 SEND_CHUNK = 100_000
 
 
-def _open(dsn: str) -> tuple[ConnectionPool, PGMQueue]:
-    """A one-connection autocommit pool and a PGMQ client over it."""
-    pool = ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}, open=True)
-    return pool, PGMQueue(conn_string=dsn, pool=pool, init_extension=False, vt=VISIBILITY_TIMEOUT)
+@contextlib.contextmanager
+def _opened(dsn: str) -> Iterator[tuple[PGMQueue, psycopg.Connection[Any]]]:
+    """A PGMQ client over a one-connection autocommit pool, and that connection; closed on exit."""
+    with (
+        ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}, open=True) as pool,
+        pool.connection() as conn,
+    ):
+        yield PGMQueue(conn_string=dsn, pool=pool, init_extension=False, vt=VISIBILITY_TIMEOUT), conn
 
 
 class Pgmq(Contender):
@@ -64,25 +72,20 @@ class Pgmq(Contender):
             conn.commit()
             if not (installed and installed[0]):
                 install_pgmq_from_sql(conn=conn)
-        pool, queue = _open(target.dsn)
-        with pool:
-            queue.create_queue(QUEUE)
+        with _opened(target.dsn) as (queue, conn):
+            queue.create_queue(QUEUE, conn=conn)
 
     def reset(self, target: Target) -> None:
-        pool, queue = _open(target.dsn)
-        with pool:
-            queue.purge(QUEUE)
+        with _opened(target.dsn) as (queue, conn):
+            queue.purge(QUEUE, conn=conn)
 
     def enqueue(self, target: Target, count: int) -> None:
-        pool, queue = _open(target.dsn)
-        with pool, pool.connection() as conn:
-            for start in range(0, count, SEND_CHUNK):
-                messages = [{"i": i} for i in range(start, min(start + SEND_CHUNK, count))]
-                queue.send_batch(QUEUE, messages, conn=conn)
+        with _opened(target.dsn) as (queue, conn):
+            for numbers in chunks(count, SEND_CHUNK):
+                queue.send_batch(QUEUE, payloads(numbers), conn=conn)
 
     def work(self, target: Target, batch: int, work_seconds: float, hooks: WorkerHooks) -> None:
-        pool, queue = _open(target.dsn)
-        with pool, pool.connection() as conn:
+        with _opened(target.dsn) as (queue, conn):
             hooks.ready()
             while not hooks.should_stop():
                 messages = queue.read_batch(QUEUE, vt=VISIBILITY_TIMEOUT, batch_size=batch, conn=conn)
@@ -91,8 +94,7 @@ class Pgmq(Contender):
                     continue
                 for message in messages:
                     _ = message.message["i"]  # the handler reads its payload
-                    if work_seconds:
-                        time.sleep(work_seconds)
+                    do_work(work_seconds)
                 if len(messages) == 1:
                     queue.delete(QUEUE, messages[0].msg_id, conn=conn)
                 else:

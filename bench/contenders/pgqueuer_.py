@@ -29,9 +29,9 @@ and its own benchmark tool tools/benchmark.py):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import time
-from typing import Any
+from collections.abc import AsyncIterator
 
 import asyncpg
 import uvloop
@@ -41,25 +41,31 @@ from pgqueuer.qm import QueueManager
 from pgqueuer.queries import Queries
 from psycopg.conninfo import conninfo_to_dict
 
+from ._util import chunks, do_work, payload_texts, until_stop
 from .base import Contender, Target, WorkerHooks
 
 __all__ = ["PgQueuerContender"]
 
 ENTRYPOINT = "bench"
-STOP_POLL = 0.01
 ENQUEUE_CHUNK = 100_000
 
 
-async def _connect(dsn: str) -> Any:
-    """An asyncpg connection from a libpq connection string (asyncpg only reads URIs)."""
+@contextlib.asynccontextmanager
+async def _queries(dsn: str) -> AsyncIterator[Queries]:
+    """PgQueuer's queries over one asyncpg connection (opened from a libpq connection string: asyncpg
+    only reads URIs), closed on exit."""
     params = conninfo_to_dict(dsn)
-    return await asyncpg.connect(
+    connection = await asyncpg.connect(
         host=params.get("host"),
         port=params.get("port"),
         user=params.get("user"),
         password=params.get("password"),
         database=params.get("dbname"),
     )
+    try:
+        yield Queries(AsyncpgDriver(connection))
+    finally:
+        await connection.close()
 
 
 class PgQueuerContender(Contender):
@@ -71,63 +77,45 @@ class PgQueuerContender(Contender):
         uvloop.run(self._setup(target.dsn))
 
     async def _setup(self, dsn: str) -> None:
-        connection = await _connect(dsn)
-        try:
-            queries = Queries(AsyncpgDriver(connection))
+        async with _queries(dsn) as queries:
             if not await queries.schema_is_installed():
                 await queries.install()
             await queries.optimize_autovacuum()
-        finally:
-            await connection.close()
 
     def reset(self, target: Target) -> None:
         uvloop.run(self._reset(target.dsn))
 
     async def _reset(self, dsn: str) -> None:
-        connection = await _connect(dsn)
-        try:
-            queries = Queries(AsyncpgDriver(connection))
+        async with _queries(dsn) as queries:
             await queries.clear_queue()
             await queries.clear_queue_log()
             await queries.clear_statistics_log()
-        finally:
-            await connection.close()
 
     def enqueue(self, target: Target, count: int) -> None:
         uvloop.run(self._enqueue(target.dsn, count))
 
     async def _enqueue(self, dsn: str, count: int) -> None:
-        connection = await _connect(dsn)
-        try:
-            queries = Queries(AsyncpgDriver(connection))
-            for start in range(0, count, ENQUEUE_CHUNK):
-                size = min(ENQUEUE_CHUNK, count - start)
-                await queries.enqueue(
-                    [ENTRYPOINT] * size,
-                    [json.dumps({"i": i}).encode() for i in range(start, start + size)],
-                    [0] * size,
-                )
-        finally:
-            await connection.close()
+        async with _queries(dsn) as queries:
+            for numbers in chunks(count, ENQUEUE_CHUNK):
+                size = len(numbers)
+                texts: list[bytes | None] = [text.encode() for text in payload_texts(numbers)]
+                await queries.enqueue([ENTRYPOINT] * size, texts, [0] * size)
 
     def work(self, target: Target, batch: int, work_seconds: float, hooks: WorkerHooks) -> None:
         uvloop.run(self._work(target.dsn, batch, work_seconds, hooks))
 
     async def _work(self, dsn: str, batch: int, work_seconds: float, hooks: WorkerHooks) -> None:
-        connection = await _connect(dsn)
-        try:
-            manager = QueueManager(Queries(AsyncpgDriver(connection)))
+        async with _queries(dsn) as queries:
+            manager = QueueManager(queries)
 
             @manager.entrypoint(ENTRYPOINT)
             async def handle(job: Job) -> None:
                 _ = json.loads(job.payload or b"{}")["i"]
-                if work_seconds:
-                    time.sleep(work_seconds)
+                do_work(work_seconds)
                 hooks.processed(1)
 
             async def stop_when_told() -> None:
-                while not hooks.should_stop():
-                    await asyncio.sleep(STOP_POLL)
+                await until_stop(hooks.should_stop)
                 manager.shutdown.set()
 
             stopper = asyncio.create_task(stop_when_told())
@@ -136,5 +124,3 @@ class PgQueuerContender(Contender):
                 await manager.run(batch_size=batch)
             finally:
                 stopper.cancel()
-        finally:
-            await connection.close()

@@ -29,20 +29,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 import procrastinate
 import psycopg
-from procrastinate.types import JSONDict
 from psycopg import sql
 
+from ._util import chunks, do_work, payloads, until_stop
 from .base import Contender, Target, WorkerHooks
 
 __all__ = ["ProcrastinateContender"]
 
 QUEUE = "bench"
 TASK = "bench_job"
-STOP_POLL = 0.01
 DEFER_CHUNK = 100_000
 TABLES = (
     "procrastinate_events",
@@ -90,9 +88,8 @@ class ProcrastinateContender(Contender):
             """Defined here only so that jobs of this task can be deferred."""
 
         async with app.open_async():
-            for start in range(0, count, DEFER_CHUNK):
-                payloads: list[JSONDict] = [{"i": i} for i in range(start, min(start + DEFER_CHUNK, count))]
-                await bench_job.batch_defer_async(*payloads)
+            for numbers in chunks(count, DEFER_CHUNK):
+                await bench_job.batch_defer_async(*payloads(numbers))
 
     def work(self, target: Target, batch: int, work_seconds: float, hooks: WorkerHooks) -> None:
         asyncio.run(self._work(target.dsn, work_seconds, hooks))
@@ -102,8 +99,7 @@ class ProcrastinateContender(Contender):
 
         @app.task(name=TASK, queue=QUEUE)
         async def bench_job(i: int) -> None:
-            if work_seconds:
-                time.sleep(work_seconds)
+            do_work(work_seconds)
             hooks.processed(1)
 
         async with app.open_async():
@@ -117,8 +113,7 @@ class ProcrastinateContender(Contender):
                 )
             )
             hooks.ready()
-            while not hooks.should_stop() and not worker.done():
-                await asyncio.sleep(STOP_POLL)
+            await until_stop(hooks.should_stop, worker.done)
             worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await worker

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from typing import cast
 
 import redis
 
-from .base import Contender, Target, WorkerHooks
+from ._util import RedisContender, chunks, do_work, payload_texts, redis_client
+from .base import Target, WorkerHooks
 
 __all__ = ["RedisLmove"]
 
@@ -44,44 +44,21 @@ PUSH_CHUNK = 10_000
 WAIT_SECONDS = 0.05
 
 
-def _client(target: Target) -> redis.Redis:
-    if target.redis_url is None:
-        raise RuntimeError("the Redis contenders need Target.redis_url")
-    return redis.Redis.from_url(target.redis_url, decode_responses=True)
-
-
-class RedisLmove(Contender):
+class RedisLmove(RedisContender):
     name = "redis_lmove"
     label = "Redis list, LMOVE (reliable queue)"
     batches = None
-    needs_redis = True
-
-    def setup(self, target: Target) -> None:
-        self.reset(target)
-
-    def reset(self, target: Target) -> None:
-        client = _client(target)
-        try:
-            keys = [QUEUE_KEY, *client.scan_iter(match=PROCESSING_PREFIX + "*", count=1000)]
-            client.delete(*keys)
-        finally:
-            client.close()
+    keys = "lmove:*"  # the queue and every worker's processing list
 
     def enqueue(self, target: Target, count: int) -> None:
-        client = _client(target)
-        try:
-            with client.pipeline(transaction=False) as pipe:
-                for start in range(0, count, PUSH_CHUNK):
-                    stop = min(start + PUSH_CHUNK, count)
-                    pipe.rpush(QUEUE_KEY, *(json.dumps({"i": i}) for i in range(start, stop)))
-                pipe.execute()
-        finally:
-            client.close()
+        with redis_client(target) as client, client.pipeline(transaction=False) as pipe:
+            for numbers in chunks(count, PUSH_CHUNK):
+                pipe.rpush(QUEUE_KEY, *payload_texts(numbers))
+            pipe.execute()
 
     def work(self, target: Target, batch: int, work_seconds: float, hooks: WorkerHooks) -> None:
-        client = _client(target)
         processing = f"{PROCESSING_PREFIX}{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        try:
+        with redis_client(target, decode_responses=True) as client:
             client.ping()
             hooks.ready()
             while not hooks.should_stop():
@@ -90,8 +67,7 @@ class RedisLmove(Contender):
                     continue
                 for job in jobs:
                     _ = json.loads(job)["i"]  # the handler reads its payload
-                    if work_seconds:
-                        time.sleep(work_seconds)
+                    do_work(work_seconds)
                 if len(jobs) == 1:
                     client.lrem(processing, 1, jobs[0])
                 else:
@@ -100,8 +76,6 @@ class RedisLmove(Contender):
                             pipe.lrem(processing, 1, job)
                         pipe.execute()
                 hooks.processed(len(jobs))
-        finally:
-            client.close()
 
     @staticmethod
     def _take(client: redis.Redis, processing: str, batch: int) -> list[str]:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextvars
 import threading
-import time
 from dataclasses import dataclass
 
 import redis
@@ -36,12 +35,12 @@ from rq import Queue, SimpleWorker
 from rq.command import send_shutdown_command
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 
-from .base import Contender, Target, WorkerHooks
+from ._util import RedisContender, chunks, do_work, redis_client, stop_when
+from .base import Target, WorkerHooks
 
 __all__ = ["Rq", "bench_job"]
 
 QUEUE = "bench"
-STOP_POLL = 0.01
 ENQUEUE_CHUNK = 10_000
 
 
@@ -57,8 +56,7 @@ _handler: contextvars.ContextVar[_Handler] = contextvars.ContextVar("rq_bench_ha
 def bench_job(i: int) -> None:
     """The job RQ runs: the work, if any, then count it."""
     handler = _handler.get()
-    if handler.work_seconds:
-        time.sleep(handler.work_seconds)
+    do_work(handler.work_seconds)
     handler.hooks.processed(1)
 
 
@@ -68,7 +66,7 @@ class _BenchWorker(SimpleWorker):
     def __init__(self, queue: Queue, connection: redis.Redis, hooks: WorkerHooks) -> None:
         super().__init__([queue], connection=connection, log_job_description=False)
         self._hooks = hooks
-        self._finished = threading.Event()
+        self._watching: threading.Event | None = None
 
     def bootstrap(
         self,
@@ -77,68 +75,36 @@ class _BenchWorker(SimpleWorker):
         log_format: str = DEFAULT_LOGGING_FORMAT,
     ) -> None:
         super().bootstrap(logging_level, date_format, log_format)
-        threading.Thread(target=self._stop_when_told, name="stop-watch", daemon=True).start()
+        self._watching = stop_when(
+            self._hooks.should_stop, lambda: send_shutdown_command(self.connection, self.name)
+        )
         self._hooks.ready()
-
-    def _stop_when_told(self) -> None:
-        while not self._finished.is_set():
-            if self._hooks.should_stop():
-                send_shutdown_command(self.connection, self.name)
-                return
-            time.sleep(STOP_POLL)
 
     def run(self) -> None:
         """Work until told to stop (RQ's loop, with the logging of ``rq worker --quiet``)."""
         try:
             self.work(logging_level="WARNING")
         finally:
-            self._finished.set()
+            if self._watching is not None:
+                self._watching.set()
 
 
-def _client(target: Target) -> redis.Redis:
-    if target.redis_url is None:
-        raise RuntimeError("the Redis contenders need Target.redis_url")
-    return redis.Redis.from_url(target.redis_url)
-
-
-class Rq(Contender):
+class Rq(RedisContender):
     name = "rq"
     label = "RQ (SimpleWorker)"
     batches = (1,)
-    needs_redis = True
-
-    def setup(self, target: Target) -> None:
-        self.reset(target)
-
-    def reset(self, target: Target) -> None:
-        """Delete every key RQ keeps (queues, jobs, registries, workers)."""
-        client = _client(target)
-        try:
-            keys = list(client.scan_iter(match="rq:*", count=1000))
-            for start in range(0, len(keys), 1000):
-                client.delete(*keys[start : start + 1000])
-        finally:
-            client.close()
+    keys = "rq:*"  # every key RQ keeps: queues, jobs, registries, workers
 
     def enqueue(self, target: Target, count: int) -> None:
-        client = _client(target)
-        try:
+        with redis_client(target) as client:
             queue = Queue(QUEUE, connection=client)
-            for start in range(0, count, ENQUEUE_CHUNK):
-                jobs = [
-                    Queue.prepare_data(bench_job, args=(i,), result_ttl=0)
-                    for i in range(start, min(start + ENQUEUE_CHUNK, count))
-                ]
+            for numbers in chunks(count, ENQUEUE_CHUNK):
+                jobs = [Queue.prepare_data(bench_job, args=(i,), result_ttl=0) for i in numbers]
                 with client.pipeline() as pipe:
                     queue.enqueue_many(jobs, pipeline=pipe)
                     pipe.execute()
-        finally:
-            client.close()
 
     def work(self, target: Target, batch: int, work_seconds: float, hooks: WorkerHooks) -> None:
-        client = _client(target)
-        try:
+        with redis_client(target) as client:
             _handler.set(_Handler(work_seconds, hooks))
             _BenchWorker(Queue(QUEUE, connection=client), client, hooks).run()
-        finally:
-            client.close()
