@@ -7,6 +7,7 @@
 #   make chaos     the full chaos run: 200,000 jobs, 8 workers, faults injected
 #   make bench     every contender side by side, report and plots in bench/results (<= 15 min)
 #   make bench-quick  the same, smaller (< 2 min)
+#   make bench-instructions  server instructions per job on the hot paths, this version and the previous
 #   make lint      ruff and mypy
 
 EXTENSION  = pgjobq
@@ -43,7 +44,7 @@ VENV_PYTHON ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 
-.PHONY: build deps venv test demo lint chaos bench bench-quick bench-profile
+.PHONY: build deps venv test demo lint chaos bench bench-quick bench-profile bench-instructions
 
 build: $(SCRIPT)
 
@@ -90,6 +91,11 @@ bench-profile: venv
 	@tools/ensure-deps bench
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) bench/profile.py
+
+bench-instructions: venv
+	@tools/ensure-deps bench
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(PY) bench/instructions.py --write
 
 lint: venv
 	$(VENV)/bin/ruff check python tests tools demo bench

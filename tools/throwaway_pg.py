@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 __all__ = ["ThrowawayPostgres", "find_bindir", "server_user"]
 
@@ -129,12 +130,15 @@ class ThrowawayPostgres:
 
     # -- lifecycle ------------------------------------------------------------
 
-    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run a server program as the server's account."""
+    def run(
+        self, *args: str, check: bool = True, stdin: IO[str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a server program as the server's account (in the server's folder); its output as text."""
         account = self._account
         result = subprocess.run(
             args,
             check=False,
+            stdin=stdin,
             cwd=self.base_dir,
             capture_output=True,
             text=True,
@@ -167,7 +171,7 @@ class ThrowawayPostgres:
     def init(self) -> None:
         """Create the cluster (initdb) and write its settings."""
         self._prepare_dir()
-        self._run(
+        self.run(
             str(self.bindir / "initdb"),
             "-D", str(self.data_dir),
             "-U", SUPERUSER,
@@ -186,7 +190,7 @@ class ThrowawayPostgres:
         """Start the server (initialising it first if needed) and wait until it accepts connections."""
         if not (self.data_dir / "PG_VERSION").exists():
             self.init()
-        result = self._run(
+        result = self.run(
             str(self.bindir / "pg_ctl"), "start", "-w", "-t", "60",
             "-D", str(self.data_dir), "-l", str(self.log_file),
             check=False,
@@ -198,7 +202,7 @@ class ThrowawayPostgres:
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server: mode is smart, fast or immediate (pg_ctl -m)."""
-        self._run(
+        self.run(
             str(self.bindir / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.data_dir), check=False
         )
 
@@ -207,7 +211,7 @@ class ThrowawayPostgres:
         self.start()
 
     def is_running(self) -> bool:
-        result = self._run(str(self.bindir / "pg_ctl"), "status", "-D", str(self.data_dir), check=False)
+        result = self.run(str(self.bindir / "pg_ctl"), "status", "-D", str(self.data_dir), check=False)
         return result.returncode == 0
 
     def log_tail(self, lines: int = 30) -> str:

@@ -6,14 +6,17 @@
 -- Forward mode's position per queue (see jobq.claim).  Unlogged and never
 -- dumped: a hint, lost without harm in a crash or a restore.  Shared by
 -- every session claiming the queue, so nothing is kept in a session, where a
--- transaction-pooling PgBouncer would hand it to other clients.
+-- transaction-pooling PgBouncer would hand it to other clients.  One row per
+-- queue that has been in forward mode, kept so by the advisory lock every
+-- writer holds; no index: every claim reads it, and a sequential scan of a
+-- few rows costs less than opening an index (about 10,000 instructions per
+-- claim, bench/instructions.py).
 CREATE UNLOGGED TABLE jobq._claim_hints (
     queue    text        NOT NULL,
     priority integer     NOT NULL,
     run_at   timestamptz NOT NULL,
     id       bigint      NOT NULL,
-    until    timestamptz NOT NULL,
-    CONSTRAINT _claim_hints_pkey PRIMARY KEY (queue)
+    until    timestamptz NOT NULL
 );
 COMMENT ON TABLE jobq._claim_hints IS
     'Internal: where claims of a queue in forward mode scan from (priority, run_at, id) and until when. A hint only.';
@@ -47,7 +50,8 @@ REVOKE ALL ON TABLE jobq._claim_hints FROM PUBLIC;
  * higher priority, an earlier run_at) waits up to 2 seconds; without bloat
  * every claim scans from the start, in exact order.  The position is written
  * only under a transaction-level advisory lock taken with
- * pg_try_advisory_xact_lock, so a claim never waits for another to write it.
+ * pg_try_advisory_xact_lock, so a claim never waits for another to write it
+ * and a queue never has two positions.
  */
 CREATE FUNCTION jobq.claim(queue text, n integer, worker text,
                            lease_timeout interval DEFAULT '60 seconds')
@@ -58,10 +62,10 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    hint    jobq._claim_hints;
-    picked  bigint[];
-    walked  bigint;
-    until   timestamptz;  -- forward mode lasts until then; NULL: the last scan was from the start
+    hint          jobq._claim_hints;
+    picked        bigint[];
+    walked        bigint;
+    forward_until timestamptz;  -- forward mode lasts until then; NULL: the last scan was from the start
 BEGIN
     PERFORM jobq._check_queue(claim.queue);
     IF claim.n IS NULL THEN
@@ -89,7 +93,7 @@ BEGIN
       FROM jobq._claim_hints AS h
      WHERE h.queue = claim.queue AND h.until > statement_timestamp();
     IF FOUND THEN
-        until := hint.until;
+        forward_until := hint.until;
         walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
         picked := ARRAY(
             SELECT p.id
@@ -105,7 +109,7 @@ BEGIN
     END IF;
     IF cardinality(picked) IS DISTINCT FROM claim.n THEN
         -- from the start of the index
-        until := NULL;
+        forward_until := NULL;
         walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
         picked := ARRAY(
             SELECT p.id
@@ -123,14 +127,17 @@ BEGIN
               - cardinality(picked);
     IF walked > 1000 AND cardinality(picked) > 0
        AND pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(claim.queue)) THEN
-        INSERT INTO jobq._claim_hints AS h (queue, priority, run_at, id, until)
-        SELECT claim.queue, p.priority, p.run_at, p.id,
-               coalesce(until, statement_timestamp() + interval '2 seconds')
+        UPDATE jobq._claim_hints AS h
+           SET priority = p.priority, run_at = p.run_at, id = p.id,
+               until = coalesce(forward_until, statement_timestamp() + interval '2 seconds')
           FROM jobq.jobs AS p
-         WHERE p.id = picked[cardinality(picked)]
-            ON CONFLICT ON CONSTRAINT _claim_hints_pkey DO UPDATE
-           SET priority = excluded.priority, run_at = excluded.run_at, id = excluded.id,
-               until = excluded.until;
+         WHERE h.queue = claim.queue AND p.id = picked[cardinality(picked)];
+        IF NOT FOUND THEN
+            INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until)
+            SELECT claim.queue, p.priority, p.run_at, p.id, statement_timestamp() + interval '2 seconds'
+              FROM jobq.jobs AS p
+             WHERE p.id = picked[cardinality(picked)];
+        END IF;
     END IF;
 
     RETURN QUERY

@@ -40,11 +40,11 @@ def hint(db: Db, queue: str = "default") -> dict[str, Any] | None:
 def position_at(db: Db, job_id: int, *, in_force: bool = True) -> None:
     """Put the job's queue in forward mode after job_id, as a bloated claim would."""
     db.execute(
-        "INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until)"
-        " SELECT queue, priority, run_at, id, now() + %s::interval FROM jobq.jobs WHERE id = %s"
-        " ON CONFLICT (queue) DO UPDATE SET priority = excluded.priority, run_at = excluded.run_at,"
-        " id = excluded.id, until = excluded.until",
-        ("1 hour" if in_force else "-1 second", job_id),
+        "WITH gone AS (DELETE FROM jobq._claim_hints"
+        "               WHERE queue = (SELECT queue FROM jobq.jobs WHERE id = %(id)s))"
+        " INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until)"
+        " SELECT queue, priority, run_at, id, now() + %(until)s::interval FROM jobq.jobs WHERE id = %(id)s",
+        {"id": job_id, "until": "1 hour" if in_force else "-1 second"},
     )
 
 

@@ -1,0 +1,179 @@
+"""Server instructions per job on the hot paths, two pgjobq versions side by side (make bench-instructions).
+
+    .venv/bin/python bench/instructions.py                      # the current version against the previous
+    .venv/bin/python bench/instructions.py --compare-with 0.2.0
+
+Seconds on a shared machine drift by more than the 3% a version may cost a
+plain queue; instructions do not.  For each version this makes a throwaway
+cluster, a database with `CREATE EXTENSION pgjobq VERSION '<v>'`, and jobs to
+claim, then runs a PostgreSQL backend in single-user mode under valgrind's
+callgrind (which counts the instructions it executes, whatever else the
+machine does) on a script that prepares the path's statement and executes it
+N times, and again 2N times: the difference over N is the cost of one
+execution, free of start-up, as a client with prepared statements (psycopg's
+default for statements it repeats) pays it.  The paths:
+
+- claim + complete: ``SELECT jobq.complete(c.id, c.lease) FROM jobq.claim('q', 1, 'w') AS c`` (one job);
+- the worker's path: ``jobq.complete_and_claim`` of the job claimed by the statement before, batch 1;
+- single-row enqueue: ``SELECT jobq.enqueue('q', '{}')``.
+
+The planning and execution inside the functions are included; the client,
+the protocol and commits to disk are not (single-user mode, fsync off).  Prints a Markdown
+table; writes it to bench/results/instructions.md with --write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+from throwaway_pg import ThrowawayPostgres  # noqa: E402
+
+COMPARE_WITH_ENV = "PGJOBQ_BENCH_COMPARE_WITH"
+STATEMENTS = 200  # N; every run also does 2N
+JOBS = 3 * STATEMENTS + 10  # enough to claim in both runs of a path, and then some
+
+
+@dataclass(frozen=True)
+class HotPath:
+    name: str
+    hot: bool  # one of the two paths a version must keep within 3% of the previous one
+    setup: str  # run once, on a live server, before the counted runs
+    statement: str  # repeated; {i} is its number
+
+
+PATHS = (
+    HotPath(
+        "claim + complete, one job",
+        True,
+        f"SELECT jobq.enqueue_many('q', array_fill('{{}}'::jsonb, ARRAY[{JOBS}]))",
+        "SELECT jobq.complete(c.id, c.lease) FROM jobq.claim('q', 1, 'w') AS c",
+    ),
+    HotPath(
+        "complete_and_claim, batch 1",
+        False,
+        f"SELECT jobq.enqueue_many('q', array_fill('{{}}'::jsonb, ARRAY[{JOBS}]))",
+        # acknowledges the job the previous statement claimed (by id and lease), claims the next
+        "SELECT count(*) FROM jobq.complete_and_claim("
+        "ARRAY(SELECT id FROM jobq.jobs WHERE status = 'running'),"
+        " ARRAY(SELECT lease FROM jobq.jobs WHERE status = 'running'), 'q', 1, 'w')",
+    ),
+    HotPath("single-row enqueue", True, "SELECT 1", "SELECT jobq.enqueue('q', '{}')"),
+)
+
+
+def default_previous(current: str, dsn: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        versions = [
+            str(row[0])
+            for row in conn.execute(
+                "SELECT version FROM pg_available_extension_versions WHERE name = 'pgjobq'"
+            ).fetchall()
+        ]
+
+    def key(version: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in version.split("."))
+
+    older = sorted((v for v in versions if key(v) < key(current)), key=key)
+    if not older:
+        raise SystemExit(f"no installed pgjobq version older than {current}")
+    return older[-1]
+
+
+def collected(server: ThrowawayPostgres, dbname: str, script: str, work: Path) -> int:
+    """Instructions callgrind counts for a single-user backend (of the stopped server) that runs script."""
+    script_file = work / "script.sql"
+    script_file.write_text(script)
+    script_file.chmod(0o644)
+    postgres = [str(server.bindir / "postgres"), "--single", "-D", str(server.data_dir), "-c", "fsync=off"]
+    with script_file.open() as stdin:
+        result = server.run(
+            "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *postgres, dbname, stdin=stdin
+        )
+    found = re.search(r"Collected : (\d+)", result.stderr)
+    if found is None or "ERROR" in result.stdout:
+        raise RuntimeError(f"single-user run failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def per_statement(version: str, path: HotPath, work: Path) -> float:
+    """Instructions of one statement of path on a database at version."""
+    with ThrowawayPostgres(work / f"pg-{version}-{PATHS.index(path)}", fast=True) as server:
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE bench")
+        with psycopg.connect(server.dsn("bench"), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE EXTENSION pgjobq VERSION {}").format(sql.Literal(version)))
+            conn.execute(path.setup)
+            conn.execute("SELECT * FROM jobq.claim('q', 1, 'w')")  # the first job complete_and_claim acks
+            conn.execute("CHECKPOINT")
+        server.stop()
+        prepared = f"PREPARE measured AS {path.statement}\n"
+        counts = [
+            collected(server, "bench", prepared + "EXECUTE measured;\n" * n, work)
+            for n in (STATEMENTS, 2 * STATEMENTS)
+        ]
+    return (counts[1] - counts[0]) / STATEMENTS
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--compare-with",
+        default=os.environ.get(COMPARE_WITH_ENV),
+        help=f"the version to compare with [default: the one before the current; env {COMPARE_WITH_ENV}]",
+    )
+    parser.add_argument("--write", action="store_true", help="also write bench/results/instructions.md")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    current = re.search(r"default_version = '(.*)'", (ROOT / "pgjobq.control").read_text())
+    assert current is not None
+    with tempfile.TemporaryDirectory(prefix="pgjobq-instructions-") as folder:
+        work = Path(folder)
+        work.chmod(0o755)
+        with ThrowawayPostgres(work / "probe", fast=True) as probe:
+            previous = args.compare_with or default_previous(current.group(1), probe.dsn())
+        rows = []
+        for path in PATHS:
+            try:
+                before = per_statement(previous, path, work)
+            except RuntimeError as exc:
+                if "does not exist" not in str(exc):
+                    raise
+                rows.append(f"| {path.name} | not in {previous} | | | |")
+                continue
+            now = per_statement(current.group(1), path, work)
+            verdict = ("yes" if now <= before * 1.03 else "**no**") if path.hot else "(not a hot path)"
+            rows.append(f"| {path.name} | {before:,.0f} | {now:,.0f} | {now / before:.3f}x | {verdict} |")
+    table = "\n".join(
+        [
+            f"Server instructions per statement (callgrind, single-user backend, {STATEMENTS} vs "
+            f"{2 * STATEMENTS} statements), pgjobq {previous} and {current.group(1)}:",
+            "",
+            f"| path | {previous} | {current.group(1)} | ratio | within 3% |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+    print(table)
+    if args.write:
+        (BENCH / "results" / "instructions.md").write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
