@@ -107,10 +107,19 @@ def test_every_api_call_under_a_hostile_search_path_is_correct_and_runs_no_plant
 
     to_fail = scalar(db, "SELECT jobq.enqueue('emails', '{\"to\": \"ada\"}', max_attempts => 1)")
     to_finish = scalar(db, "SELECT jobq.enqueue_many('emails', ARRAY['{}', '{}', '{}']::jsonb[])")
-    held = {row["id"]: row["lease"] for row in db.execute("SELECT * FROM jobq.claim('emails', 4, 'w1')")}
+    held = {
+        row["id"]: row["lease"]
+        for row in db.execute("SELECT * FROM jobq.claim('emails', 4, 'w1', lease_timeout => '5 minutes')")
+    }
     heartbeat_moved = scalar(
         db, "SELECT jobq.heartbeat(%s, %s) IS NOT NULL", (to_finish[0], held[to_finish[0]])
     )
+    extended = [
+        row["id"]
+        for row in db.execute(
+            "SELECT id FROM jobq.heartbeat_many(%s, %s) AS id", (list(held), list(held.values()))
+        )
+    ]
     failed_status = scalar(db, "SELECT (jobq.fail(%s, 'boom', %s)).status", (to_fail, held[to_fail]))
     db.execute("SELECT jobq.complete(%s, %s)", (to_finish[0], held[to_finish[0]]))
     acknowledged = [
@@ -131,15 +140,20 @@ def test_every_api_call_under_a_hostile_search_path_is_correct_and_runs_no_plant
     redriven = [row["retry_failed"] for row in db.execute("SELECT jobq.retry_failed('emails')")]
     stats = db.execute("SELECT queue, done, failed FROM jobq.stats()").fetchall()
     channel = scalar(db, "SELECT jobq.channel('emails')")
+    version = scalar(db, "SELECT jobq.version()")
     db.execute("SELECT jobq.grant_producer(%s), jobq.revoke_all(%s)", (grantee, grantee))
     with pytest.raises(Exception, match="queue must be 1 to 58 characters"):
         db.execute("SELECT jobq.enqueue('Not A Queue', '{}')")
     db.execute("RESET search_path")
 
     assert (heartbeat_moved, failed_status) == (True, "failed")
+    assert sorted(extended) == sorted(held)
     assert acknowledged == to_finish[1:]
     assert reaped == {"n": 1}
     assert redriven == [to_fail]
     assert stats == [{"queue": "emails", "done": 3, "failed": 0}]
     assert channel == "jobq_emails"
+    assert version == scalar(
+        db, "SELECT extversion FROM pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pgjobq'"
+    )
     assert scalar(db, "SELECT count(*) FROM public.pwned") == 0
