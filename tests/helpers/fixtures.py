@@ -34,6 +34,7 @@ from pytest_postgresql.executors import NoopExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
 
 import pg_versions
+from helpers.processes import StartWorker, WorkerProcess
 from helpers.sqlhelpers import Connect, Db
 from throwaway_pg import ThrowawayPostgres, find_bindir
 
@@ -193,6 +194,27 @@ def db(dsn: str) -> Iterator[Db]:
     """An autocommit connection to this test's database, rows as dicts."""
     with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
         yield conn
+
+
+@pytest.fixture
+def start_worker(dsn: str, tmp_path: Path) -> Iterator[StartWorker]:
+    """Starts real `pgjobq worker helpers.handlers:HANDLER ARGS...` processes; kills those left at the end.
+
+    They work on this test's database unless given another dsn (another role's, a pooler's); name, when
+    given, is the worker's --name and names its log.
+    """
+    started: list[WorkerProcess] = []
+
+    def start(handler: str, *args: str, dsn: str = dsn, name: str | None = None) -> WorkerProcess:
+        named = ("--name", name) if name is not None else ()
+        log = tmp_path / f"worker-{name if name is not None else len(started)}.log"
+        worker = WorkerProcess(dsn, handler, *named, *args, log=log)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.kill()
 
 
 @pytest.fixture

@@ -10,7 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-__all__ = ["TESTS", "WorkerProcess", "cpu_seconds", "pgjobq_command", "process_env", "run_cli", "wait_until"]
+__all__ = [
+    "TESTS",
+    "StartWorker",
+    "WorkerProcess",
+    "cpu_seconds",
+    "pgjobq_command",
+    "process_env",
+    "run_cli",
+    "wait_until",
+]
 
 TESTS = Path(__file__).resolve().parents[1]  # on the processes' path: helpers.handlers:NAME imports
 
@@ -93,3 +102,7 @@ class WorkerProcess:
         if self.process.poll() is None:
             self.process.kill()
         self.wait()
+
+
+StartWorker = Callable[..., WorkerProcess]
+"""The start_worker fixture: start_worker(handler, *args, dsn=..., name=...) -> a running WorkerProcess."""

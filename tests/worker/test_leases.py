@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,10 +22,8 @@ from psycopg.conninfo import make_conninfo
 
 from helpers.databases import login_role
 from helpers.handlers import EXECUTIONS_DDL
-from helpers.processes import WorkerProcess, wait_until
+from helpers.processes import StartWorker, wait_until
 from helpers.sqlhelpers import Db, scalar
-
-StartWorker = Callable[..., WorkerProcess]
 
 # Every reap of a job, and who did it: jobq.reap is SECURITY DEFINER, so
 # session_user (not current_user) is the role that called it.  The trigger
@@ -56,21 +53,6 @@ CREATE TRIGGER reap_log_trg AFTER UPDATE ON jobq.jobs FOR EACH ROW
 """
 
 
-@pytest.fixture
-def start_worker(tmp_path: Path) -> Iterator[StartWorker]:
-    """Starts `pgjobq worker helpers.handlers:HANDLER --name NAME ARGS...` on a DSN; kills them at the end."""
-    started: list[WorkerProcess] = []
-
-    def start(dsn: str, handler: str, name: str, *args: str) -> WorkerProcess:
-        worker = WorkerProcess(dsn, handler, "--name", name, *args, log=tmp_path / f"worker-{name}.log")
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        worker.kill()
-
-
 def job_row(db: Db, job_id: int) -> dict[str, Any]:
     row = db.execute(
         "SELECT status, attempts, lease, locked_by, locked_at, last_error FROM jobq.jobs WHERE id = %s",
@@ -93,15 +75,24 @@ def test_short_lease_worker_never_reaps_the_heartbeating_long_job_of_a_long_leas
     long_job = scalar(db, """SELECT jobq.enqueue('default', '{"sleep": 10}')""")
     # heartbeats every 3 s: between two of them the lease is older than the other worker's 2 s lease
     long_lease = start_worker(
-        dsn, "sleep_then_record", "long", "--lease-timeout", "30", "--heartbeat-interval", "3"
+        "sleep_then_record", "--lease-timeout", "30", "--heartbeat-interval", "3", name="long"
     )
     assert wait_until(lambda: len(executions(db, long_job)) == 1, timeout=30), long_lease.log()
     claimed_at = job_row(db, long_job)["locked_at"]
     short_lease = start_worker(
-        dsn, "sleep_then_record", "short",
-        "--lease-timeout", "2", "--heartbeat-interval", "0.5", "--reap-interval", "0.2",
-        "--poll-interval", "0.2",
-    )  # fmt: skip
+        "sleep_then_record",
+        *(
+            "--lease-timeout",
+            "2",
+            "--heartbeat-interval",
+            "0.5",
+            "--reap-interval",
+            "0.2",
+            "--poll-interval",
+            "0.2",
+        ),
+        name="short",
+    )
     assert wait_until(lambda: "started on queue default" in short_lease.log(), timeout=30), short_lease.log()
     # a job of the same queue abandoned by a worker that vanished: its 1 s lease runs out at once
     with db.transaction():
@@ -162,7 +153,8 @@ def test_worker_level_workers_finish_a_sigkilled_workers_job_with_no_admin_anywh
     fast_recovery = ("--lease-timeout", "2", "--heartbeat-interval", "0.5", "--reap-interval", "0.2",
                      "--poll-interval", "0.2")  # fmt: skip
     workers = {
-        name: start_worker(as_worker, "slow_first_attempt", name, *fast_recovery) for name in ("w1", "w2")
+        name: start_worker("slow_first_attempt", *fast_recovery, dsn=as_worker, name=name)
+        for name in ("w1", "w2")
     }
     assert wait_until(lambda: all("started on queue" in w.log() for w in workers.values()), timeout=30)
     job_id = scalar(db, """SELECT jobq.enqueue('default', '{"sleep": 120}')""")

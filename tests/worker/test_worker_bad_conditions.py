@@ -12,8 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -24,26 +23,9 @@ from psycopg.rows import dict_row
 import pgjobq
 
 from helpers.handlers import EXECUTIONS_DDL
-from helpers.processes import WorkerProcess, cpu_seconds, wait_until
+from helpers.processes import StartWorker, WorkerProcess, cpu_seconds, wait_until
 from helpers.sqlhelpers import Db, statuses
 from throwaway_pg import ThrowawayPostgres, free_port
-
-StartWorker = Callable[..., WorkerProcess]
-
-
-@pytest.fixture
-def start_worker(tmp_path: Path) -> Iterator[StartWorker]:
-    """Starts `pgjobq worker helpers.handlers:HANDLER ARGS...` on a DSN; kills leftovers at the end."""
-    started: list[WorkerProcess] = []
-
-    def start(dsn: str, handler: str, *args: str) -> WorkerProcess:
-        worker = WorkerProcess(dsn, handler, *args, log=tmp_path / f"worker-{len(started)}.log")
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        worker.kill()
 
 
 def stop(worker: WorkerProcess) -> int:
@@ -56,7 +38,7 @@ def test_worker_started_before_its_database_retries_calmly_then_runs_the_jobs(
 ) -> None:
     port = free_port()
     dsn = f"host=127.0.0.1 port={port} user=postgres dbname=jobs"
-    worker = start_worker(dsn, "record", "--reconnect-delay-max", "2", "--poll-interval", "0.2")
+    worker = start_worker("record", "--reconnect-delay-max", "2", "--poll-interval", "0.2", dsn=dsn)
     assert wait_until(lambda: "database unavailable" in worker.log()), worker.log()
 
     cpu_before = cpu_seconds(worker.pid)
@@ -96,7 +78,7 @@ def test_handler_raising_system_exit_or_keyboard_interrupt_fails_its_job_and_the
         {"n": 4},
     ]
     pgjobq.enqueue_many(db, "default", payloads, max_attempts=1)
-    worker = start_worker(dsn, "raise_base_exception", "--poll-interval", "0.2", "--batch", "1")
+    worker = start_worker("raise_base_exception", "--poll-interval", "0.2", "--batch", "1")
 
     assert wait_until(lambda: statuses(db) == {"done": 2, "failed": 2}, timeout=30), worker.log()
     pgjobq.enqueue(db, "default", {"n": 5})  # a job after both: the worker is still there to run it
@@ -135,7 +117,7 @@ def test_handler_outliving_its_lease_keeps_it_against_a_concurrent_reaper(
     db.execute(EXECUTIONS_DDL)
     pgjobq.enqueue(db, "default", {"sleep": 7})  # more than twice the lease
     lease = ("--lease-timeout", "3", "--heartbeat-interval", "0.5", "--reap-interval", "0.2")
-    worker = start_worker(dsn, "sleep_then_record", *lease)
+    worker = start_worker("sleep_then_record", *lease)
     assert wait_until(lambda: statuses(db) == {"running": 1}), worker.log()
     reaper = subprocess.Popen([sys.executable, "-c", REAPER, dsn, "8"], stdout=subprocess.PIPE, text=True)
 
@@ -175,7 +157,7 @@ def test_worker_whose_role_may_not_reap_warns_once_stops_trying_and_keeps_workin
     server_log_start = pg_server.log_file.stat().st_size
     pgjobq.enqueue_many(db, "default", [{"n": n} for n in range(3)])
     as_worker = f"{dsn} user={role_without_reap}"
-    worker = start_worker(as_worker, "record", "--reap-interval", "0.1", "--poll-interval", "0.1")
+    worker = start_worker("record", "--reap-interval", "0.1", "--poll-interval", "0.1", dsn=as_worker)
 
     assert wait_until(lambda: statuses(db) == {"done": 3}, timeout=30), worker.log()
     time.sleep(1)  # ten more reap intervals

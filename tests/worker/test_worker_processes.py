@@ -4,37 +4,19 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from helpers.handlers import EXECUTIONS_DDL
-from helpers.processes import WorkerProcess, cpu_seconds, wait_until
+from helpers.processes import StartWorker, cpu_seconds, wait_until
 from helpers.sqlhelpers import Connect, Db, statuses
-
-StartWorker = Callable[..., WorkerProcess]
 
 
 @pytest.fixture
 def executions(db: Db) -> None:
     db.execute(EXECUTIONS_DDL)
-
-
-@pytest.fixture
-def start_worker(dsn: str, tmp_path: Path) -> Iterator[StartWorker]:
-    """Starts `pgjobq worker helpers.handlers:HANDLER ARGS...` processes; kills leftovers at the end."""
-    started: list[WorkerProcess] = []
-
-    def start(handler: str, *args: str) -> WorkerProcess:
-        worker = WorkerProcess(dsn, handler, *args, log=tmp_path / f"worker-{len(started)}.log")
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:
-        worker.kill()
 
 
 def scalar(db: Db, query: str, *params: object) -> Any:
