@@ -7,27 +7,38 @@ A throwaway PostgreSQL of its own (it restarts it) runs the extension and the
 evidence tables of chaos_handlers.py: a trigger logs every status or lease
 change of a job, the handler records every execution and, for half of the
 jobs ("effects" mode), writes one effect row in the same transaction as
-jobq.complete.  Eight workers (lease 5 s, reaping every second) run
-helpers.chaos_handlers:run, two of them (and their replacements) with
-concurrency 1 (handlers on the worker's own thread, a keeper thread
-acknowledging and heartbeating meanwhile), the others with a pool of handler
-threads, while:
+jobq.complete.  Eight workers run helpers.chaos_handlers:run, their slots
+alternating leases of 5 s and 12 s (--lease-timeout; heartbeats at the
+default quarter of it) and every one reaping every second.  Two of them (and
+their replacements), one of each lease length, run concurrency 1 (handlers
+on the worker's own thread, a keeper thread acknowledging and heartbeating
+meanwhile), the others a pool of handler threads.  No admin touches the
+jobs: the workers (and so their handlers) log in as a role with only the
+worker level (jobq.grant_worker) and the handler's rights on two evidence
+tables, so the jobs of killed and stopped workers come back only through the
+workers' own jobq.reap() calls; only the producer and the evidence queries
+run as the superuser.  Meanwhile:
 
 - a producer thread enqueues the jobs steadily over the fault window and
   logs every id it was given, once its transaction committed;
 - a chaos thread, until the producer is done and the workers have caught
   up, SIGKILLs a random worker every 2 s and starts a replacement,
   terminates a random worker connection every second
-  (pg_terminate_backend), SIGSTOPs one worker holding jobs for three lease
-  lengths and then SIGCONTs it, and restarts PostgreSQL twice (-m fast,
-  then -m immediate, neither during the SIGSTOP), each time leaving it down
-  for 3 s.  Around each restart it measures how soon every worker claims
-  again, and the CPU time and log lines each spent while the server was
-  down.
+  (pg_terminate_backend), SIGSTOPs one worker holding jobs, one of the
+  longest lease (so the workers of shorter leases must wait for its own),
+  for three of its lease lengths and then SIGCONTs it, and restarts
+  PostgreSQL twice (-m fast, then -m immediate, neither during the
+  SIGSTOP), each time leaving it down for 3 s.  Around each restart it
+  measures how soon every worker claims again, and the CPU time and log
+  lines each spent while the server was down.
 
 Then the workers drain the queue, get SIGTERM, and SQL over the evidence
 checks the invariants, printed as a table; the exit status is 1 when one
-fails.  tests/worker/test_chaos.py runs the short version and asserts each.
+fails.  Besides no job lost, no overlapping leases and the rest, they prove
+the leases: every claim and heartbeat under its worker's own length, every
+reap after the lease it took had expired, every change of a job made by the
+worker-level role.  tests/worker/test_chaos.py runs the short version and
+asserts each.
 """
 
 from __future__ import annotations
@@ -43,7 +54,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -51,6 +62,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 from rich.console import Console
 from rich.table import Table
@@ -62,14 +75,15 @@ for folder in ("tools", "tests"):  # run as a program, only tests/helpers is on 
     if str(ROOT / folder) not in sys.path:
         sys.path.insert(0, str(ROOT / folder))
 
-from helpers.chaos_handlers import SCHEMA_DDL  # noqa: E402
+from helpers.chaos_handlers import SCHEMA_DDL, handler_grants  # noqa: E402
 from helpers.processes import cpu_seconds, pgjobq_command, process_env, wait_until  # noqa: E402
 from helpers.sqlhelpers import Db  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
-__all__ = ["ChaosConfig", "Invariant", "Report", "evidence", "main", "render", "run_chaos"]
+__all__ = ["ChaosConfig", "Invariant", "Report", "evidence", "main", "privileges", "render", "run_chaos"]
 
 QUEUE = "chaos"
+WORKER_ROLE = "chaos_worker"  # the workers' login role: the worker level and the handler's tables
 
 
 @dataclass(frozen=True)
@@ -85,12 +99,12 @@ class ChaosConfig:
     workers: int = 8
     inline_slots: int = 2  # the workers of these slots run concurrency 1: handlers on their own thread
     batch: int = 10
-    lease: float = 5.0
+    leases: tuple[float, ...] = (5.0, 12.0)  # --lease-timeout of slot k: leases[k % len(leases)]
     reap_interval: float = 1.0
     poll_interval: float = 1.0
     kill_every: float = 2.0
     terminate_every: float = 1.0
-    stop_leases: float = 3.0  # SIGSTOP lasts this many lease lengths
+    stop_leases: float = 3.0  # SIGSTOP lasts this many lease lengths of the stopped worker
     fail_every: int = 50  # job n with n % fail_every == 7 fails on purpose (max_attempts 1)
     max_attempts: int = 100  # for the others: chaos alone never exhausts them
     down_for: float = 3.0  # a restart keeps the server down this long, so backoff and quiet show
@@ -99,8 +113,10 @@ class ChaosConfig:
 
     @classmethod
     def short(cls) -> ChaosConfig:
+        # 80 s of production: the SIGSTOP of a 12 s worker lasts 36 s from 35% in,
+        # and the second restart must still meet workers with jobs to claim
         return cls(
-            name="short", jobs=5_000, handler_ms=(1, 20), produce_seconds=40, concurrency=4, drain_timeout=45
+            name="short", jobs=5_000, handler_ms=(1, 20), produce_seconds=80, concurrency=4, drain_timeout=45
         )
 
     @classmethod
@@ -113,6 +129,10 @@ class ChaosConfig:
             concurrency=20,
             drain_timeout=600,
         )
+
+    def lease_of(self, slot: int) -> float:
+        """The lease length (--lease-timeout) of the workers of slot."""
+        return self.leases[slot % len(self.leases)]
 
     @property
     def max_connections(self) -> int:
@@ -135,13 +155,14 @@ class RestartRecord:
     mode: str
     outage: float  # from the end of pg_ctl stop to the first accepted connection
     reconnect: dict[str, float | None]  # worker -> seconds from accepting connections to its next claim
-    cpu: dict[str, float]  # worker -> CPU seconds spent while the server was down
-    log_lines: dict[str, int]  # worker -> log lines written while the server was down
+    cpu: dict[str, float]  # worker -> CPU seconds spent while the server was down (till pg_ctl start)
+    log_lines: dict[str, int]  # worker -> log lines written while the server was down (till pg_ctl start)
 
 
 @dataclass
 class StopRecord:
     worker: str
+    lease: float  # the stopped worker's lease length
     held: list[tuple[int, int]]  # (job id, lease) running under the worker while it was stopped
     stopped_for: float
     log_offset: int  # the worker's log size at SIGCONT
@@ -175,6 +196,7 @@ def say(message: str) -> None:
 @dataclass
 class WorkerProc:
     name: str
+    lease: float  # its --lease-timeout
     process: subprocess.Popen[bytes]
     log_path: Path
     log: IO[bytes]
@@ -203,7 +225,7 @@ class WorkerProc:
 
 
 class Fleet:
-    """The worker processes: one per slot, each replaced when killed."""
+    """The worker processes: one per slot, each replaced when killed.  They connect with dsn (WORKER_ROLE)."""
 
     def __init__(self, dsn: str, config: ChaosConfig, log_dir: Path) -> None:
         self.dsn = dsn
@@ -218,19 +240,20 @@ class Fleet:
         c = self.config
         log_path = self.log_dir / f"worker-{name}.log"
         log = log_path.open("wb")
+        lease = c.lease_of(slot)
         argv = pgjobq_command(
             "worker", "helpers.chaos_handlers:run",
             "--queue", QUEUE,
             "--concurrency", str(1 if slot < c.inline_slots else c.concurrency),
             "--batch", str(c.batch),
-            "--lease-timeout", str(c.lease),
+            "--lease-timeout", str(lease),
             "--reap-interval", str(c.reap_interval),
             "--poll-interval", str(c.poll_interval),
             "--log-level", "INFO",
         )  # fmt: skip
         env = process_env(self.dsn, PGJOBQ_WORKER_NAME=name)
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-        worker = WorkerProc(name, process, log_path, log)
+        worker = WorkerProc(name, lease, process, log_path, log)
         self.slots[slot] = worker
         self.every.append(worker)
         return worker
@@ -241,6 +264,10 @@ class Fleet:
 
     def live(self) -> list[WorkerProc]:
         return [w for w in self.slots.values() if w.alive()]
+
+    def leases(self) -> dict[str, float]:
+        """The lease length of every worker started, by name."""
+        return {w.name: w.lease for w in self.every}
 
     def replace_dead(self) -> None:
         """Start a replacement for any worker that exited without being told to (and note it)."""
@@ -493,15 +520,22 @@ class Chaos(threading.Thread):
                 self.terminated[row["kind"]] = self.terminated.get(row["kind"], 0) + 1
 
     def _stop_and_continue(self) -> None:
-        """SIGSTOP a worker that holds running jobs for stop_leases lease lengths, then SIGCONT it."""
+        """SIGSTOP a worker that holds running jobs for stop_leases of its lease lengths, then SIGCONT it.
+
+        The worker is one of the longest lease, so that the workers of
+        shorter leases, reaping every second, must leave its jobs alone until
+        its own lease has expired (the first half of the attempts insist on
+        it; then any worker holding jobs will do).
+        """
         c = self.config
-        for _ in range(200):
+        longest = max(c.leases)
+        for attempt in range(200):
             holders = self._query(
                 "SELECT locked_by FROM jobq.jobs WHERE status = 'running' AND queue = %s"
                 " GROUP BY locked_by ORDER BY count(*) DESC",
                 (QUEUE,),
             )
-            live = {w.name: w for w in self._killable()}
+            live = {w.name: w for w in self._killable() if attempt >= 100 or w.lease == longest}
             victim = next((live[r["locked_by"]] for r in holders if r["locked_by"] in live), None)
             if victim is None:
                 self._run_faults_until(time.monotonic() + 0.05)
@@ -516,14 +550,15 @@ class Chaos(threading.Thread):
             if not held:  # it finished its jobs just before freezing: let it go, pick again
                 os.kill(victim.pid, signal.SIGCONT)
                 continue
-            say(f"SIGSTOP {victim.name} holding {len(held)} job(s)")
+            say(f"SIGSTOP {victim.name} (lease {victim.lease:g} s) holding {len(held)} job(s)")
             self._protected, self._protected_until = victim, math.inf
-            self._run_faults_until(stopped_at + c.stop_leases * c.lease)
+            self._run_faults_until(stopped_at + c.stop_leases * victim.lease)
             os.kill(victim.pid, signal.SIGCONT)
             stopped_for = time.monotonic() - stopped_at
             say(f"SIGCONT {victim.name} after {stopped_for:.1f} s")
             self.stop = StopRecord(
                 worker=victim.name,
+                lease=victim.lease,
                 held=[(r["id"], r["lease"]) for r in held],
                 stopped_for=stopped_for,
                 log_offset=victim.log_size(),
@@ -559,11 +594,16 @@ class Chaos(threading.Thread):
             self._conn.close()
         say(f"restart PostgreSQL -m {mode}")
         self.server.stop(mode)
-        # down from here: what the workers spend until it is up again is measured
+        # down from here until pg_ctl start: what the workers spend meanwhile is
+        # measured.  Not until `up` below: the server accepts connections a
+        # moment before pg_ctl start returns and the harness gets in, and a
+        # worker back by then logs its work (acknowledgements, reaps).
         down = time.time()
         cpu_before = {w.name: cpu_seconds(w.pid) for w in measured}
         log_before = {w.name: w.log_size() for w in measured}
         time.sleep(self.config.down_for)
+        cpu = {w.name: cpu_seconds(w.pid) - cpu_before[w.name] for w in measured}
+        log_lines = {w.name: w.lines_between(log_before[w.name], w.log_size()) for w in measured}
         self.server.start()
         while True:
             try:
@@ -572,9 +612,7 @@ class Chaos(threading.Thread):
             except psycopg.OperationalError:
                 time.sleep(0.01)
         up = time.time()
-        cpu = {w.name: cpu_seconds(w.pid) - cpu_before[w.name] for w in measured}
-        log_lines = {w.name: w.lines_between(log_before[w.name], w.log_size()) for w in measured}
-        reconnect = self._wait_for_claims(measured, up)
+        reconnect = self._wait_for_claims(measured, down, up)
         record = RestartRecord(mode, up - down, reconnect, cpu, log_lines)
         self.restarts.append(record)
         back = [s for s in reconnect.values() if s is not None]
@@ -584,9 +622,15 @@ class Chaos(threading.Thread):
         )
         self._resume_faults()
 
-    def _wait_for_claims(self, workers: list[WorkerProc], up: float) -> dict[str, float | None]:
-        """Seconds from `up` to each worker's first claim (or its first statement on a new connection)."""
-        since = datetime.fromtimestamp(up, timezone.utc)
+    def _wait_for_claims(self, workers: list[WorkerProc], down: float, up: float) -> dict[str, float | None]:
+        """Seconds from `up` to each worker's first claim (or its first statement on a new connection).
+
+        Looked for since the server went `down`: a worker may reconnect in
+        the moment between the server's accepting connections and `up` (the
+        harness's own connection), and when the queue is empty then, its
+        connection is all there is to see.  Such a worker counts 0 s.
+        """
+        since = datetime.fromtimestamp(down, timezone.utc)
         names = [w.name for w in workers]
         found: dict[str, float | None] = dict.fromkeys(names)
         deadline = up + self.config.reconnect_limit + 15  # watch past the limit to report how late
@@ -604,7 +648,7 @@ class Chaos(threading.Thread):
                 (since, names, [f"pgjobq worker {n}" for n in names], since),
             )
             for row in rows:
-                seconds = float(row["at"]) - up
+                seconds = max(0.0, float(row["at"]) - up)
                 current = found.get(row["name"])
                 if row["name"] in found and (current is None or seconds < current):
                     found[row["name"]] = seconds
@@ -699,6 +743,66 @@ SELECT count(*) AS jobs,
   FROM jobq.jobs
 """
 
+# A reap takes a lease only once it has expired: jobq.reap compares the
+# expiry with its statement's clock, the trigger logs the change later still.
+EARLY_REAPS = """
+SELECT count(*) AS reaps,
+       count(*) FILTER (WHERE (at > old_lease_expires_at) IS NOT TRUE) AS early,
+       extract(epoch FROM min(at - old_lease_expires_at))::float8 AS least_margin
+  FROM chaos.transitions
+ WHERE reaped
+"""
+
+# Every claim and every heartbeat (running -> running, same lease) leaves the
+# job under a lease of its worker's own length: leases[i] seconds for the
+# worker names[i] (a name not among them counts as wrong).
+LEASE_LENGTHS = """
+WITH fleet AS (
+    SELECT f.worker, make_interval(secs => f.seconds) AS length
+      FROM unnest(%(names)s::text[], %(seconds)s::float8[]) AS f(worker, seconds)
+), leased AS (
+    SELECT t.new_lease <> t.old_lease AS claim, t.new_lease_expires_at - t.locked_at AS length,
+           f.length AS expected
+      FROM chaos.transitions AS t LEFT JOIN fleet AS f ON f.worker = t.locked_by
+     WHERE t.new_status = 'running'
+)
+SELECT count(*) FILTER (WHERE claim) AS claims,
+       count(*) FILTER (WHERE NOT claim) AS heartbeats,
+       count(*) FILTER (WHERE length IS DISTINCT FROM expected) AS wrong,
+       (SELECT coalesce(jsonb_object_agg(seconds, n), '{}')
+          FROM (SELECT extract(epoch FROM length)::float8 AS seconds, count(*) AS n
+                  FROM leased WHERE claim GROUP BY 1) AS per_length) AS claims_by_length
+  FROM leased
+"""
+
+# Who changed the jobs: the login role of the session (session_user), whose
+# SECURITY DEFINER calls of the extension's functions run as their owner.
+ROLES = """
+SELECT count(*) AS changes,
+       count(*) FILTER (WHERE by_role <> %(role)s) AS foreign,
+       count(*) FILTER (WHERE reaped AND by_role = %(role)s) AS reaps_by_role
+  FROM chaos.transitions
+"""
+
+# What role may do beyond the worker level: attributes, memberships, any
+# privilege on the jobs table or its sequence, and jobq functions besides
+# the worker level's.
+PRIVILEGES = """
+SELECT r.rolsuper OR r.rolcreaterole OR r.rolcreatedb OR r.rolreplication OR r.rolbypassrls AS attributes,
+       (SELECT count(*) FROM pg_auth_members AS m WHERE m.member = r.oid) AS memberships,
+       has_table_privilege(r.oid, 'jobq.jobs',
+                           'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')
+           OR has_sequence_privilege(r.oid, 'jobq.jobs_id_seq', 'USAGE, SELECT, UPDATE') AS table_access,
+       ARRAY(SELECT p.oid::regprocedure::text
+               FROM pg_proc AS p
+              WHERE p.pronamespace = 'jobq'::regnamespace
+                AND has_function_privilege(r.oid, p.oid, 'EXECUTE')
+                AND p.oid <> ALL (jobq._level_functions('worker'))
+              ORDER BY 1) AS other_functions
+  FROM pg_roles AS r
+ WHERE r.rolname = %(role)s
+"""
+
 REFUSED = re.compile(r"job (\d+): lease (\d+) lost; (?:result|failure) discarded")
 
 
@@ -709,14 +813,18 @@ def late_refusals(stop: StopRecord) -> int:
     return sum((int(job), int(lease)) in held for job, lease in REFUSED.findall(late_text))
 
 
-def _one(conn: Db, query: str, params: tuple[Any, ...] | None = None) -> dict[str, Any]:
+def _one(conn: Db, query: str, params: tuple[Any, ...] | Mapping[str, Any] | None = None) -> dict[str, Any]:
     row = conn.execute(query, params).fetchone()
     assert row is not None
     return row
 
 
-def evidence(conn: Db) -> dict[str, dict[str, Any]]:
-    """What the evidence tables say: one row of numbers per query above, by name."""
+def evidence(conn: Db, leases: Mapping[str, float], worker_role: str) -> dict[str, dict[str, Any]]:
+    """What the evidence tables say: one row of numbers per query above, by name.
+
+    leases: every worker's lease length in seconds, by name; worker_role:
+    the login role that alone should have changed the jobs.
+    """
     for ddl in (
         "CREATE INDEX IF NOT EXISTS transitions_job_idx ON chaos.transitions (job_id, seq)",
         "CREATE INDEX IF NOT EXISTS executions_job_idx ON chaos.executions (job_id, lease)",
@@ -724,15 +832,23 @@ def evidence(conn: Db) -> dict[str, dict[str, Any]]:
         "ANALYZE chaos.transitions, chaos.executions, chaos.effects, chaos.acked",
     ):
         conn.execute(ddl)
-    queries = {
-        "lost": LOST,
-        "claims": DOUBLE_CLAIMS,
-        "stale": STALE_COMPLETIONS,
-        "dups": DUPLICATES,
-        "effects": EFFECTS,
-        "counts": COUNTS,
+    queries: dict[str, tuple[str, dict[str, Any] | None]] = {
+        "lost": (LOST, None),
+        "claims": (DOUBLE_CLAIMS, None),
+        "stale": (STALE_COMPLETIONS, None),
+        "dups": (DUPLICATES, None),
+        "effects": (EFFECTS, None),
+        "counts": (COUNTS, None),
+        "reaps": (EARLY_REAPS, None),
+        "leases": (LEASE_LENGTHS, {"names": list(leases), "seconds": list(leases.values())}),
+        "roles": (ROLES, {"role": worker_role}),
     }
-    return {name: _one(conn, query) for name, query in queries.items()}
+    return {name: _one(conn, query, params) for name, (query, params) in queries.items()}
+
+
+def privileges(conn: Db, role: str) -> dict[str, Any]:
+    """What role may do beyond the worker level (PRIVILEGES); raises if there is no such role."""
+    return _one(conn, PRIVILEGES, {"role": role})
 
 
 def check(
@@ -743,10 +859,20 @@ def check(
     exits: dict[str, int | None],
 ) -> tuple[list[Invariant], dict[str, str]]:
     """The invariants and the counts, from the evidence tables and the workers' logs."""
-    found = evidence(conn)
-    lost, claims, stale, dups, effects, counts = (
-        found[k] for k in ("lost", "claims", "stale", "dups", "effects", "counts")
+    found = evidence(conn, fleet.leases(), WORKER_ROLE)
+    lost, claims, stale, dups, effects, counts, reaps, leases, roles = (
+        found[k] for k in ("lost", "claims", "stale", "dups", "effects", "counts", "reaps", "leases", "roles")
     )
+    allowed = privileges(conn, WORKER_ROLE)
+    beyond = (
+        (["role attributes"] if allowed["attributes"] else [])
+        + (["role memberships"] if allowed["memberships"] else [])
+        + (["jobq.jobs"] if allowed["table_access"] else [])
+        + list(allowed["other_functions"])
+    )
+    not_reaping = sum(w.log_text().count("not reaping:") for w in fleet.every)
+    by_length = {float(k): int(n) for k, n in leases["claims_by_length"].items()}
+    unused = [lease for lease in config.leases if not by_length.get(lease)]
 
     refused_all = sum(len(REFUSED.findall(w.log_text())) for w in fleet.every)
     stop = chaos.stop
@@ -764,6 +890,8 @@ def check(
 
     def secs(values: list[float]) -> str:
         return ", ".join("never" if math.isinf(v) else f"{v:.1f} s" for v in values) or "-"
+
+    margin = "" if reaps["least_margin"] is None else f"; closest {reaps['least_margin']:.3f} s after expiry"
 
     invariants = [
         Invariant(
@@ -788,6 +916,25 @@ def check(
             "duplicates_explained", "duplicate executions not explained by a reap",
             f"{unexplained} of {dups['duplicates']} ({dups['same_lease']} under one lease)",
             "0", unexplained == 0,
+        ),
+        Invariant(
+            "reaped_valid_lease", "reaps of a lease that had not expired (at <= its lease_expires_at)",
+            f"{reaps['early']} of {reaps['reaps']} reaps{margin}", "0",
+            reaps["early"] == 0 and reaps["reaps"] > 0,
+        ),
+        Invariant(
+            "lease_lengths", "claims and heartbeats not under their worker's --lease-timeout",
+            f"{leases['wrong']} of {leases['claims']} claims + {leases['heartbeats']} heartbeats ("
+            + ", ".join(f"{n} claims under {k:g} s" for k, n in sorted(by_length.items())) + ")",
+            "0", leases["wrong"] == 0 and not unused,
+        ),
+        Invariant(
+            "worker_level_only", f"job changes not made by the worker-level role {WORKER_ROLE}",
+            f"{roles['foreign']} of {roles['changes']} ({roles['reaps_by_role']} reaps by it;"
+            f" beyond the worker level: {', '.join(beyond) or 'nothing'})"
+            + (f"; {not_reaping} worker(s) refused jobq.reap" if not_reaping else ""),
+            "0",
+            roles["foreign"] == 0 and not beyond and roles["reaps_by_role"] > 0 and not_reaping == 0,
         ),
         Invariant(
             "effects_exactly_once", "effects-mode jobs without exactly one effect per done job",
@@ -841,10 +988,15 @@ def check(
         "effects-mode jobs": f"{counts['effects_mode']:,}",
         "executions": f"{dups['executions']:,}",
         "duplicate executions": f"{dups['duplicates']:,}",
-        "reaps": f"{counts['reaps']:,}",
+        "reaps": f"{counts['reaps']:,} (by {WORKER_ROLE}: {roles['reaps_by_role']:,})",
+        "claims by lease length": ", ".join(f"{k:g} s: {n:,}" for k, n in sorted(by_length.items())),
+        "heartbeats": f"{leases['heartbeats']:,}",
         "workers SIGKILLed": str(chaos.kills),
         "workers SIGSTOPped": (
-            f"1 ({stop.worker}, {stop.stopped_for:.1f} s, holding {len(stop.held)})" if stop else "0"
+            f"1 ({stop.worker}, lease {stop.lease:g} s, stopped {stop.stopped_for:.1f} s,"
+            f" holding {len(stop.held)})"
+            if stop
+            else "0"
         ),
         "connections terminated": ", ".join(f"{n} {kind}" for kind, n in sorted(chaos.terminated.items())),
         "PostgreSQL restarts": ", ".join(f"-m {r.mode} (down {r.outage:.1f} s)" for r in restarts),
@@ -865,10 +1017,15 @@ def _server(config: ChaosConfig) -> Iterator[ThrowawayPostgres]:
         yield server
 
 
-def _prepare(dsn: str) -> None:
+def _prepare(dsn: str) -> str:
+    """Install the extension and the evidence tables; the workers' DSN: WORKER_ROLE, the worker level only."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION pgjobq")
         conn.execute(SCHEMA_DDL)
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(WORKER_ROLE)))
+        conn.execute("SELECT jobq.grant_worker(%s::regrole)", (WORKER_ROLE,))
+        conn.execute(handler_grants(WORKER_ROLE))
+    return make_conninfo(dsn, user=WORKER_ROLE)
 
 
 def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
@@ -876,9 +1033,8 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
     began = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     with _server(config) as server:
-        dsn = server.dsn()
-        _prepare(dsn)
-        fleet = Fleet(dsn, config, workdir)
+        dsn = server.dsn()  # the superuser's: the producer's and the harness's
+        fleet = Fleet(_prepare(dsn), config, workdir)
         producer = Producer(dsn, config, workdir / "acked-ids.txt")
         chaos = Chaos(config, server, dsn, fleet, producer)
         say(f"{config.name} chaos run: {config.jobs:,} jobs, {config.workers} workers; logs in {workdir}")
@@ -925,7 +1081,7 @@ def render(report: Report, console: Console | None = None) -> None:
     title = (
         f"pgjobq chaos run ({c.name}): {c.jobs:,} jobs of {c.handler_ms[0]}-{c.handler_ms[1]} ms,"
         f" {c.workers} workers ({c.inline_slots} x 1 thread, the others x {c.concurrency}),"
-        f" lease {c.lease:g} s"
+        f" leases {' and '.join(f'{lease:g}' for lease in c.leases)} s"
     )
     table = Table(title=title)
     table.add_column("invariant")

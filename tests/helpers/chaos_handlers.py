@@ -15,7 +15,9 @@ milliseconds.  Then, by ``payload["mode"]``:
 
 A job with ``payload["fail"]`` raises after its sleep, on purpose.
 
-Every handler thread has a connection of its own (``PGJOBQ_DSN``).  The
+Every handler thread has a connection of its own (``PGJOBQ_DSN``, the
+worker's: a login role with only the worker level, which HANDLER_GRANTS
+lets write these two tables and nothing else of the harness's).  The
 chaos run kills connections and restarts the server under the handler, so
 its database writes are retried on connection errors, with a capped backoff,
 and made idempotent by a token per execution: a retried insert never
@@ -33,11 +35,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import sql
 
 import pgjobq
 from pgjobq import Job
 
-__all__ = ["SCHEMA_DDL", "IntentionalFailure", "run"]
+__all__ = ["SCHEMA_DDL", "IntentionalFailure", "handler_grants", "run"]
 
 # The evidence tables and the transition log.  The trigger belongs to the
 # test, not to the extension: it logs every change of a job's status or lease.
@@ -66,17 +69,24 @@ CREATE TABLE chaos.acked (
     id bigint PRIMARY KEY
 );
 
+-- one row per change of a job's status, lease or lease expiry: claims,
+-- heartbeats (running -> running under the same lease), completions,
+-- failures, releases and reaps
 CREATE TABLE chaos.transitions (
-    seq        bigserial   PRIMARY KEY,
-    job_id     bigint      NOT NULL,
-    old_status text        NOT NULL,
-    new_status text        NOT NULL,
-    old_lease  bigint      NOT NULL,
-    new_lease  bigint      NOT NULL,
-    locked_by  text,
-    attempts   integer     NOT NULL,
-    reaped     boolean     NOT NULL,
-    at         timestamptz NOT NULL
+    seq                  bigserial   PRIMARY KEY,
+    job_id               bigint      NOT NULL,
+    old_status           text        NOT NULL,
+    new_status           text        NOT NULL,
+    old_lease            bigint      NOT NULL,
+    new_lease            bigint      NOT NULL,
+    locked_by            text,
+    attempts             integer     NOT NULL,
+    reaped               boolean     NOT NULL,
+    at                   timestamptz NOT NULL,
+    old_lease_expires_at timestamptz,  -- the expiry of the lease this change ended or extended
+    locked_at            timestamptz,  -- the new locked_at and lease_expires_at: a claim's or
+    new_lease_expires_at timestamptz,  -- heartbeat's lease length is their difference
+    by_role              text        NOT NULL  -- session_user: who made the change, not whose function
 );
 
 CREATE FUNCTION chaos.log_transition()
@@ -87,13 +97,15 @@ AS $$
 BEGIN
     -- jobq.reap appends 'reaped: lease <lease> of <worker> went stale' to last_error
     INSERT INTO chaos.transitions
-        (job_id, old_status, new_status, old_lease, new_lease, locked_by, attempts, reaped, at)
+        (job_id, old_status, new_status, old_lease, new_lease, locked_by, attempts, reaped, at,
+         old_lease_expires_at, locked_at, new_lease_expires_at, by_role)
     VALUES
         (NEW.id, OLD.status, NEW.status, OLD.lease, NEW.lease, NEW.locked_by, NEW.attempts,
          OLD.status = 'running' AND NEW.status <> 'running'
              AND NEW.last_error IS DISTINCT FROM OLD.last_error
              AND NEW.last_error LIKE ('%reaped: lease ' || OLD.lease || ' of %'),
-         clock_timestamp());
+         clock_timestamp(),
+         OLD.lease_expires_at, NEW.locked_at, NEW.lease_expires_at, session_user);
     RETURN NULL;
 END
 $$;
@@ -101,9 +113,27 @@ $$;
 CREATE TRIGGER chaos_transitions_trg
     AFTER UPDATE ON jobq.jobs
     FOR EACH ROW
-    WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.lease IS DISTINCT FROM NEW.lease)
+    WHEN (OLD.status IS DISTINCT FROM NEW.status OR OLD.lease IS DISTINCT FROM NEW.lease
+          OR OLD.lease_expires_at IS DISTINCT FROM NEW.lease_expires_at)
     EXECUTE FUNCTION chaos.log_transition();
 """
+
+# What the handler needs of the tables above, on top of the worker level: it
+# records executions (INSERT ... ON CONFLICT DO NOTHING, then UPDATE by token)
+# and effects (INSERT, and SELECT to tell whether a retried attempt had
+# committed).  The transition log is written by the trigger, which runs
+# inside the extension's SECURITY DEFINER functions, as their owner.
+HANDLER_GRANTS = """
+GRANT USAGE ON SCHEMA chaos TO {role};
+GRANT SELECT, INSERT, UPDATE ON TABLE chaos.executions TO {role};
+GRANT SELECT, INSERT ON TABLE chaos.effects TO {role};
+"""
+
+
+def handler_grants(role: str) -> sql.Composed:
+    """The statements that let role (a worker's login role) run this handler."""
+    return sql.SQL(HANDLER_GRANTS).format(role=sql.Identifier(role))
+
 
 # The effect, the end of the execution and jobq.complete in one statement, so
 # one transaction: when complete refuses the lease, the effect is rolled back.
