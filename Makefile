@@ -65,9 +65,11 @@ $(VENV)/.installed: python/pyproject.toml
 	$(VENV)/bin/pip install --quiet -e 'python[dev,bench]'
 	touch $@
 
+# Four pytest-xdist workers: most tests wait on servers and worker processes,
+# so four keep two cores busy; the chaos run's tests stay together (loadgroup).
 test: deps venv lint
 	@$(MAKE) --no-print-directory install >/dev/null
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 4 --dist loadgroup
 
 demo: deps venv
 	@$(MAKE) --no-print-directory install >/dev/null

@@ -104,6 +104,7 @@ class ThrowawayPostgres:
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="pgjobq-pg-"))
         self.data_dir = self.base_dir / "data"
         self.log_file = self.base_dir / "server.log"
+        self._own_port = port is None  # chosen here: another may be chosen if it is taken meanwhile
         self.port = port or free_port()
         self.host = "127.0.0.1"
         self.user = SUPERUSER
@@ -190,21 +191,27 @@ class ThrowawayPostgres:
         """Start the server (initialising it first if needed) and wait until it accepts connections."""
         if not (self.data_dir / "PG_VERSION").exists():
             self.init()
-        result = self.run(
-            str(self.bindir / "pg_ctl"), "start", "-w", "-t", "60",
-            "-D", str(self.data_dir), "-l", str(self.log_file),
-            check=False,
-        )  # fmt: skip
-        if result.returncode != 0:
+        for attempt in range(3):
+            result = self.run(
+                str(self.bindir / "pg_ctl"), "start", "-w", "-t", "60",
+                "-D", str(self.data_dir), "-l", str(self.log_file),
+                check=False,
+            )  # fmt: skip
+            if result.returncode == 0:
+                return
+            if self._own_port and attempt < 2 and "Address already in use" in self.log_tail(5):
+                # another process took the port between free_port() and the server's bind: another one
+                self.port = free_port()
+                with (self.data_dir / "postgresql.conf").open("a") as handle:
+                    handle.write(f"port = {self.port}\n")
+                continue
             raise RuntimeError(
                 f"PostgreSQL did not start:\n{result.stdout}{result.stderr}\n{self.log_tail()}"
             )
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server: mode is smart, fast or immediate (pg_ctl -m)."""
-        self.run(
-            str(self.bindir / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.data_dir), check=False
-        )
+        self.run(str(self.bindir / "pg_ctl"), "stop", "-w", "-m", mode, "-D", str(self.data_dir), check=False)
 
     def restart(self, mode: str = "fast") -> None:
         self.stop(mode)

@@ -9,21 +9,21 @@
 CREATE SEQUENCE jobq.jobs_id_seq AS bigint;
 
 CREATE TABLE jobq.jobs (
-    id           bigint      NOT NULL
-                 DEFAULT pg_catalog.nextval('jobq.jobs_id_seq'::pg_catalog.regclass),
-    queue        text        NOT NULL,
-    payload      jsonb       NOT NULL,
-    status       text        NOT NULL DEFAULT 'queued',
-    priority     integer     NOT NULL DEFAULT 0,
-    run_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    attempts     integer     NOT NULL DEFAULT 0,
-    max_attempts integer     NOT NULL DEFAULT 3,
-    lease        bigint      NOT NULL DEFAULT 0,
-    locked_by    text,
-    locked_at    timestamptz,
-    last_error   text,
-    created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    finished_at  timestamptz,
+    id               bigint      NOT NULL
+                     DEFAULT pg_catalog.nextval('jobq.jobs_id_seq'::pg_catalog.regclass),
+    queue            text        NOT NULL,
+    payload          jsonb       NOT NULL,
+    status           text        NOT NULL DEFAULT 'queued',
+    priority         integer     NOT NULL DEFAULT 0,
+    run_at           timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    attempts         integer     NOT NULL DEFAULT 0,
+    max_attempts     integer     NOT NULL DEFAULT 3,
+    lease            bigint      NOT NULL DEFAULT 0,
+    locked_by        text,
+    locked_at        timestamptz,
+    last_error       text,
+    created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    finished_at      timestamptz,
     lease_expires_at timestamptz,
     CONSTRAINT jobs_pkey PRIMARY KEY (id),
     CONSTRAINT jobs_queue_check
@@ -39,6 +39,18 @@ CREATE TABLE jobq.jobs (
     CONSTRAINT jobs_running_lock_check
         CHECK (status OPERATOR(pg_catalog.<>) 'running'
                OR (locked_by IS NOT NULL AND locked_at IS NOT NULL AND lease_expires_at IS NOT NULL))
+)
+-- Every job inserts one row, updates it twice and is eventually purged:
+-- vacuum after 1% churn (at least 1,000 rows) without cost-based throttling,
+-- so that dead tuples are cleared before they slow the claim index down.
+WITH (
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_insert_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.01,
+    autovacuum_analyze_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 0
 );
 ALTER SEQUENCE jobq.jobs_id_seq OWNED BY jobq.jobs.id;
 
@@ -70,19 +82,6 @@ COMMENT ON INDEX jobq.jobs_claim_idx IS 'Serves jobq.claim: queued jobs by queue
 CREATE INDEX jobs_reap_idx ON jobq.jobs (lease_expires_at)
     WHERE status OPERATOR(pg_catalog.=) 'running';
 COMMENT ON INDEX jobq.jobs_reap_idx IS 'Serves jobq.reap: running jobs by lease_expires_at.';
-
--- Every job inserts one row, updates it twice and is eventually purged:
--- vacuum after 1% churn (at least 1,000 rows) without cost-based throttling,
--- so that dead tuples are cleared before they slow the claim index down.
-ALTER TABLE jobq.jobs SET (
-    autovacuum_vacuum_threshold = 1000,
-    autovacuum_vacuum_scale_factor = 0.01,
-    autovacuum_vacuum_insert_threshold = 1000,
-    autovacuum_vacuum_insert_scale_factor = 0.01,
-    autovacuum_analyze_threshold = 1000,
-    autovacuum_analyze_scale_factor = 0.02,
-    autovacuum_vacuum_cost_delay = 0
-);
 
 -- pg_dump keeps every job and the id sequence's position.
 SELECT pg_catalog.pg_extension_config_dump('jobq.jobs', '');

@@ -74,6 +74,13 @@ def targets_for(path: Path) -> list[Target]:
     return [Target()]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files that hold slow tests first, each kept whole (their module fixtures are built once):
+    under pytest-xdist (make test) the slow tests start while the many quick ones run."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "target" in metafunc.fixturenames:
         targets = targets_for(Path(metafunc.definition.path))

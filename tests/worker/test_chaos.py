@@ -25,6 +25,9 @@ from helpers.chaos import ChaosConfig, Report, evidence, privileges, render, run
 from helpers.chaos_handlers import SCHEMA_DDL
 from helpers.sqlhelpers import Db
 
+# one chaos run for the module: under pytest-xdist its tests stay on one worker
+pytestmark = pytest.mark.xdist_group("chaos")
+
 # the forged histories' workers: pgjobq.claim's default lease
 LEASES = {"w1": 60.0, "w2": 60.0}
 
@@ -262,9 +265,13 @@ def test_privileges_show_nothing_beyond_the_worker_level_until_more_is_granted(d
 # -- the short chaos run -----------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Report]:
-    """One short chaos run for all the tests below; its table is printed (pytest -s shows it)."""
+    """One short chaos run for all the tests below; its table is printed (pytest -s shows it).
+
+    Session-scoped: under pytest-xdist other files' tests may run between these on their worker, and a
+    module fixture would be run again after them.
+    """
     workdir: Path = tmp_path_factory.mktemp("chaos")
     result = run_chaos(ChaosConfig.short(), workdir)
     render(result, Console(width=120))
