@@ -203,7 +203,7 @@ def _lease_timeout(value: object) -> timedelta:
     return value
 
 
-DEFAULT_LEASE_TIMEOUT = timedelta(seconds=60)
+DEFAULT_LEASE_TIMEOUT = timedelta(seconds=60)  # jobq.claim's own default
 
 
 def _held(job_id: object, lease: object) -> dict[str, int]:

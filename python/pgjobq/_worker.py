@@ -129,7 +129,7 @@ class WorkerSettings:
     batch: int = 10
     concurrency: int = 1
     poll_interval: float = 1.0
-    lease_timeout: float = 60.0
+    lease_timeout: float = _client.DEFAULT_LEASE_TIMEOUT.total_seconds()  # the extension's default
     heartbeat_interval: float | None = None
     reap_interval: float = 10.0
     listen: bool = True
