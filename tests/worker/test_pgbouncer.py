@@ -35,21 +35,23 @@ from throwaway_pgbouncer import ThrowawayPgBouncer
 FALLBACK = "notifications do not reach this worker's listening connection"
 
 
+def transaction_pooling(pg_server: ThrowawayPostgres, pool_size: int) -> ThrowawayPgBouncer:
+    """PgBouncer in transaction pooling mode before the test server, pool_size server connections per
+    database and user."""
+    return ThrowawayPgBouncer(pg_server.host, pg_server.port, pool_mode="transaction", pool_size=pool_size)
+
+
 @pytest.fixture(scope="module")
 def bouncer(pg_server: ThrowawayPostgres) -> Iterator[ThrowawayPgBouncer]:
-    """PgBouncer in transaction pooling mode before the test server, two server connections per database."""
-    with ThrowawayPgBouncer(
-        pg_server.host, pg_server.port, pool_mode="transaction", pool_size=2
-    ) as pgbouncer:
+    """Two server connections per database."""
+    with transaction_pooling(pg_server, pool_size=2) as pgbouncer:
         yield pgbouncer
 
 
 @pytest.fixture(scope="module")
 def one_connection_bouncer(pg_server: ThrowawayPostgres) -> Iterator[ThrowawayPgBouncer]:
-    """PgBouncer in transaction pooling mode with a single server connection per database and user."""
-    with ThrowawayPgBouncer(
-        pg_server.host, pg_server.port, pool_mode="transaction", pool_size=1
-    ) as pgbouncer:
+    """A single server connection per database and user, which every client shares."""
+    with transaction_pooling(pg_server, pool_size=1) as pgbouncer:
         yield pgbouncer
 
 
