@@ -184,6 +184,9 @@ CASES: dict[str, Case] = {
         lambda c, _: pgjobq.enqueue_many(c, "default", bad({"n": 1})), "payloads must be"
     ),
     "claim-n-float": local(lambda c, _: pgjobq.claim(c, "default", bad(2.5), "w"), "n must be"),
+    "claim-lease-timeout-seconds": local(
+        lambda c, _: pgjobq.claim(c, "default", 1, "w", lease_timeout=bad(60)), "lease_timeout must be"
+    ),
     "complete-id-string": local(lambda c, j: pgjobq.complete(c, bad(str(j.running)), 2), "id must be"),
     "heartbeat-lease-none": local(lambda c, j: pgjobq.heartbeat(c, j.running, bad(None)), "lease must be"),
     "fail-error-none": local(lambda c, j: pgjobq.fail(c, j.running, bad(None), 2), "error must be"),
@@ -204,6 +207,13 @@ CASES: dict[str, Case] = {
     ),
     "max-attempts-zero": remote(enqueue({}, max_attempts=0), "max_attempts must be"),
     "claim-n-zero": remote(lambda c, _: pgjobq.claim(c, "default", 0, "w"), "n must be"),
+    "claim-lease-timeout-zero": remote(
+        lambda c, _: pgjobq.claim(c, "default", 1, "w", lease_timeout=timedelta(0)), "lease_timeout must be"
+    ),
+    "complete-and-claim-lease-timeout-over-a-day": remote(
+        lambda c, _: pgjobq.complete_and_claim(c, [], "default", 1, "w", lease_timeout=timedelta(days=2)),
+        "lease_timeout must be",
+    ),
     # leases: unknown jobs, stale leases, never-claimed and finished jobs
     "complete-unknown-id": remote(
         lambda c, _: pgjobq.complete(c, 424242, 1), "id 424242", pgjobq.JobNotFound
