@@ -38,11 +38,11 @@ from psycopg import sql
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path[:0] = [str(ROOT / "tools"), str(BENCH)]
 
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
+from workloads import COMPARE_WITH_ENV, previous_version  # noqa: E402
 
-COMPARE_WITH_ENV = "PGJOBQ_BENCH_COMPARE_WITH"
 STATEMENTS = 200  # N; every run also does 2N
 JOBS = 3 * STATEMENTS + 10  # enough to claim in both runs of a path, and then some
 
@@ -73,24 +73,6 @@ PATHS = (
     ),
     HotPath("single-row enqueue", True, "SELECT 1", "SELECT jobq.enqueue('q', '{}')"),
 )
-
-
-def default_previous(current: str, dsn: str) -> str:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        versions = [
-            str(row[0])
-            for row in conn.execute(
-                "SELECT version FROM pg_available_extension_versions WHERE name = 'pgjobq'"
-            ).fetchall()
-        ]
-
-    def key(version: str) -> tuple[int, ...]:
-        return tuple(int(part) for part in version.split("."))
-
-    older = sorted((v for v in versions if key(v) < key(current)), key=key)
-    if not older:
-        raise SystemExit(f"no installed pgjobq version older than {current}")
-    return older[-1]
 
 
 def collected(server: ThrowawayPostgres, dbname: str, script: str, work: Path) -> int:
@@ -141,13 +123,16 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
-    current = re.search(r"default_version = '(.*)'", (ROOT / "pgjobq.control").read_text())
-    assert current is not None
     with tempfile.TemporaryDirectory(prefix="pgjobq-instructions-") as folder:
         work = Path(folder)
         work.chmod(0o755)
-        with ThrowawayPostgres(work / "probe", fast=True) as probe:
-            previous = args.compare_with or default_previous(current.group(1), probe.dsn())
+        with ThrowawayPostgres(work / "probe", fast=True) as probe, psycopg.connect(probe.dsn()) as conn:
+            previous = previous_version(conn, args.compare_with)
+            row = conn.execute(
+                "SELECT default_version FROM pg_available_extensions WHERE name = 'pgjobq'"
+            ).fetchone()
+            assert row is not None  # previous_version found the extension
+            current = str(row[0])
         rows = []
         for path in PATHS:
             try:
@@ -157,15 +142,15 @@ def main() -> None:
                     raise
                 rows.append(f"| {path.name} | not in {previous} | | | |")
                 continue
-            now = per_statement(current.group(1), path, work)
+            now = per_statement(current, path, work)
             verdict = ("yes" if now <= before * 1.03 else "**no**") if path.hot else "(not a hot path)"
             rows.append(f"| {path.name} | {before:,.0f} | {now:,.0f} | {now / before:.3f}x | {verdict} |")
     table = "\n".join(
         [
             f"Server instructions per statement (callgrind, single-user backend, {STATEMENTS} vs "
-            f"{2 * STATEMENTS} statements), pgjobq {previous} and {current.group(1)}:",
+            f"{2 * STATEMENTS} statements), pgjobq {previous} and {current}:",
             "",
-            f"| path | {previous} | {current.group(1)} | ratio | within 3% |",
+            f"| path | {previous} | {current} | ratio | within 3% |",
             "|---|---|---|---|---|",
             *rows,
         ]

@@ -31,12 +31,11 @@ if str(BENCH) not in sys.path:
 from contenders import load_catalog  # noqa: E402
 from driver import Servers, WorkerPool, timer  # noqa: E402
 from report import write_report  # noqa: E402
-from workloads import FULL, QUICK, Bench, Results  # noqa: E402
+from workloads import COMPARE_WITH_ENV, FULL, QUICK, Bench, Results  # noqa: E402
 
 WORKLOADS = ("throughput", "work", "enqueue", "versions", "latency", "claim_cost", "soak")
 CONTENDER_WORKLOADS = ("throughput", "work")  # the others make databases of their own
 POOL_WORKLOADS = ("throughput", "work", "enqueue", "latency", "soak")  # those run in worker processes
-COMPARE_WITH_ENV = "PGJOBQ_BENCH_COMPARE_WITH"
 PACKAGES = (
     "pgjobq-py",
     "psycopg",

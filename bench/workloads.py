@@ -215,6 +215,9 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version))
 
 
+COMPARE_WITH_ENV = "PGJOBQ_BENCH_COMPARE_WITH"  # the twin of --compare-with (run.py, instructions.py)
+
+
 def previous_version(conn: psycopg.Connection[Any], compare_with: str | None) -> str:
     """The version the versions workload compares the current one (the default_version of the installed
     extension) with: compare_with, else the newest version below the current among those installed."""

@@ -25,10 +25,6 @@ from throwaway_pg import ThrowawayPostgres
 OLD = "0.3.0"
 
 
-def dsn_of(server: ThrowawayPostgres, dbname: str) -> str:
-    return f"host={server.host} port={server.port} user={server.user} dbname={dbname}"
-
-
 @pytest.fixture
 def old_database(db: Db, pg_server: ThrowawayPostgres) -> Iterator[Db]:
     """A database with pgjobq 0.3.0 installed, one queued job, and the handlers' executions table."""
@@ -41,7 +37,7 @@ def old_database(db: Db, pg_server: ThrowawayPostgres) -> Iterator[Db]:
 
 @pytest.fixture
 def old_dsn(old_database: Db, pg_server: ThrowawayPostgres) -> str:
-    return dsn_of(pg_server, old_database.info.dbname)
+    return pg_server.dsn(old_database.info.dbname)
 
 
 def job_untouched(conn: Db) -> bool:
@@ -75,7 +71,7 @@ def test_check_extension_refuses_0_3_0_naming_both_versions_and_the_upgrade(old_
 def test_check_extension_says_when_the_database_has_no_pgjobq(db: Db, pg_server: ThrowawayPostgres) -> None:
     with (
         fresh_database(db) as dbname,
-        psycopg.connect(dsn_of(pg_server, dbname)) as conn,
+        psycopg.connect(pg_server.dsn(dbname)) as conn,
         pytest.raises(IncompatibleExtension) as refused,
     ):
         pgjobq.check_extension(conn)
