@@ -5,7 +5,6 @@ Db is the type of the ``db`` fixture (rows as dicts), Connect that of the ``conn
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeAlias
@@ -14,6 +13,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+
+from helpers.processes import wait_until
 
 __all__ = [
     "MARKER_CHANNEL",
@@ -120,15 +121,16 @@ def statistic(db: Db, query: str, settled: Callable[[Any], bool], timeout: float
     again until it settles.
     """
     flush = scalar(db, "SELECT current_setting('server_version_num')::int >= 150000")
-    deadline = time.monotonic() + timeout
-    while True:
+    values: list[Any] = []
+
+    def read() -> bool:
         if flush:
             db.execute("SELECT pg_stat_force_next_flush()")
-        value = scalar(db, query)
-        if settled(value) or time.monotonic() > deadline:
-            assert settled(value), f"{query!r} gave {value!r} for {timeout} s"
-            return value
-        time.sleep(0.1)
+        values.append(scalar(db, query))
+        return settled(values[-1])
+
+    assert wait_until(read, timeout, interval=0.1), f"{query!r} gave {values[-1]!r} for {timeout} s"
+    return values[-1]
 
 
 def table_fingerprint(conn: psycopg.Connection[Any]) -> tuple[int, int]:
