@@ -38,10 +38,23 @@ from helpers.processes import StartWorker, WorkerProcess
 from helpers.sqlhelpers import Connect, Db
 from throwaway_pg import ThrowawayPostgres, find_bindir
 
-__all__ = ["FIRST_RELEASE", "REPO_ROOT", "Target", "extension_files"]
+__all__ = ["FIRST_RELEASE", "RELEASED", "REPO_ROOT", "Target", "extension_files"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FIRST_RELEASE = "0.1.0"
+
+
+def released_versions() -> list[str]:
+    """The versions an existing database may have: the first full script's, and each step's start."""
+    scripts = [
+        path.name.removeprefix("pgjobq--").removesuffix(".sql")
+        for path in (REPO_ROOT / "sql" / "updates").glob("pgjobq--*.sql")
+    ]
+    versions = {name.split("--")[0] for name in scripts}
+    return sorted(versions, key=lambda version: tuple(int(part) for part in version.split(".")))
+
+
+RELEASED = released_versions()
+FIRST_RELEASE = RELEASED[0]
 
 
 @dataclass(frozen=True)

@@ -15,22 +15,10 @@ import pytest
 from psycopg import sql
 
 from helpers.databases import connect_as, fresh_database, login_role
-from helpers.fixtures import REPO_ROOT
+from helpers.fixtures import RELEASED
 from helpers.sqlhelpers import Db, record_notices, scalar
 from throwaway_pg import ThrowawayPostgres
 
-
-def released_versions() -> list[str]:
-    """The versions an existing database may have: the first full script's, and each step's start."""
-    scripts = [
-        path.name.removeprefix("pgjobq--").removesuffix(".sql")
-        for path in (REPO_ROOT / "sql" / "updates").glob("pgjobq--*.sql")
-    ]
-    versions = {name.split("--")[0] for name in scripts}
-    return sorted(versions, key=lambda version: tuple(int(part) for part in version.split(".")))
-
-
-RELEASED = released_versions()
 OLDEST_VERSION = RELEASED[0]
 
 
