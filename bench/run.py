@@ -33,9 +33,16 @@ from driver import Servers, WorkerPool, timer  # noqa: E402
 from report import write_report  # noqa: E402
 from workloads import COMPARE_WITH_ENV, FULL, QUICK, Bench, Results  # noqa: E402
 
-WORKLOADS = ("throughput", "work", "enqueue", "versions", "latency", "claim_cost", "soak")
+WORKLOADS = ("throughput", "work", "enqueue", "versions", "latency", "scheduled", "claim_cost", "soak")
 CONTENDER_WORKLOADS = ("throughput", "work")  # the others make databases of their own
-POOL_WORKLOADS = ("throughput", "work", "enqueue", "latency", "soak")  # those run in worker processes
+POOL_WORKLOADS = (
+    "throughput",
+    "work",
+    "enqueue",
+    "latency",
+    "scheduled",
+    "soak",
+)  # those run in worker processes
 PACKAGES = (
     "pgjobq-py",
     "psycopg",

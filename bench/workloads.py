@@ -8,10 +8,15 @@ the machine hits all of them alike.  Results are plain dicts and lists
 - throughput: zero work per job, every contender, workers x batch, a
   backlog of ``jobs`` jobs drained from the start barrier to the last job.
 - work: 5 ms of work per job (the handler sleeps), 1 and 8 workers.
-- enqueue: single-row enqueues from 4 clients (pgjobq with its NOTIFY
-  trigger and without it; the article's INSERT), and one bulk call.
+- enqueue: single-row enqueues from 4 clients, jobq.enqueue against the
+  article's INSERT, with no consumer and with one idle consumer running
+  (a pgjobq Worker on pgjobq's queue, the article's own worker loop on the
+  article's table); and one bulk call, pgjobq.enqueue_many against one
+  multi-row INSERT of the same rows into the article's table.
 - latency: enqueue commit to handler start on an idle pgjobq Worker, with
   LISTEN/NOTIFY and polling only.
+- scheduled: jobs enqueued with run_at 1 s ahead, on an idle pgjobq
+  Worker: how late after its run_at each handler starts.
 - claim cost: jobq.claim's execution time and shared buffers with finished
   rows in the table, and with dead tuples not yet vacuumed.
 - soak: a large backlog through 4 pgjobq Workers while another session
@@ -27,9 +32,11 @@ import math
 import random
 import re
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
 from multiprocessing.queues import Queue
 from pathlib import Path
 from typing import Any
@@ -42,7 +49,7 @@ from contenders import article
 from contenders._pgbench import CLAIM_COMPLETE, ENQUEUE_ONE, ONE_TRIP, run_pgbench
 from contenders._util import describe, insert_queued, payloads
 from contenders.base import Contender, Target, WorkerHooks
-from contenders.pgjobq_sql import ENQUEUE_MANY_SQL, QUEUE, pgjobq_reset, pgjobq_setup
+from contenders.pgjobq_sql import QUEUE, pgjobq_reset, pgjobq_setup
 from contenders.pgjobq_worker import PgjobqWorker, run_until, worker_settings
 from contenders.sql_ceiling import DrivenContender, count_done
 from driver import Measured, Servers, Task, WorkerPool, WorkTask, timer
@@ -85,6 +92,10 @@ class Scale:
     latency_jobs: int
     latency_gap: tuple[float, float]  # seconds between enqueues, uniform
     latency_poll: float  # the Worker's poll_interval (its default is 1 s)
+    # scheduled: jobs enqueued with run_at this far ahead, one every scheduled_gap seconds (uniform)
+    scheduled_jobs: int
+    scheduled_ahead: float
+    scheduled_gap: tuple[float, float]
     # claim cost
     claim_finished: tuple[int, ...]
     claim_dead: int
@@ -108,7 +119,8 @@ class Scale:
 
     @property
     def pool_size(self) -> int:
-        return max(*self.workers, *self.work_workers, self.enqueue_clients, self.soak_workers)
+        # the enqueue's clients run beside one consumer
+        return max(*self.workers, *self.work_workers, self.enqueue_clients + 1, self.soak_workers)
 
 
 FULL = Scale(
@@ -127,6 +139,9 @@ FULL = Scale(
     latency_jobs=200,
     latency_gap=(0.005, 0.025),
     latency_poll=1.0,
+    scheduled_jobs=20,
+    scheduled_ahead=1.0,
+    scheduled_gap=(0.15, 0.3),
     claim_finished=(100_000, 1_000_000),
     claim_dead=100_000,
     claim_queued=2_000,
@@ -159,6 +174,9 @@ QUICK = Scale(
     latency_jobs=20,
     latency_gap=(0.02, 0.05),
     latency_poll=1.0,
+    scheduled_jobs=5,
+    scheduled_ahead=1.0,
+    scheduled_gap=(0.15, 0.3),
     claim_finished=(10_000, 50_000),
     claim_dead=5_000,
     claim_queued=500,
@@ -259,9 +277,77 @@ class EnqueueTask(Task):
                 hooks.processed(1)
 
 
+CONSUMER_BATCH = 10  # the batch of the consumer beside the enqueue's clients
+IDLE_WAIT = 1.0  # seconds at most for that consumer to go idle before the clients start
+
+
+@dataclass(frozen=True)
+class ConsumerTask(Task):
+    """A consumer running beside the enqueue's clients, counting nothing: a pgjobq Worker (zero-work
+    handler) on pgjobq's queue, or the article's own worker loop on its table.
+
+    It passes the start barrier once idle: the article's loop at once (its first claim finds nothing,
+    then it sleeps), the Worker once it registered as waiting (a row in ``jobq._waiters``, where the
+    extension has that table; else 0.5 s after it started), so that the first enqueues find it
+    waiting.
+    """
+
+    dsn: str
+    kind: str  # "pgjobq" or "article"
+
+    def run(self, hooks: WorkerHooks, outbox: Queue[tuple[Any, ...]]) -> None:
+        uncounted = WorkerHooks(
+            ready=hooks.ready, processed=lambda count: None, should_stop=hooks.should_stop
+        )
+        if self.kind == "article":
+            article.ArticleQueue().work(Target(self.dsn), CONSUMER_BATCH, 0.0, uncounted)
+            return
+        worker = pgjobq.Worker(self.dsn, lambda job: None, worker_settings(CONSUMER_BATCH))
+        failed: list[BaseException] = []
+
+        def serve() -> None:
+            try:
+                run_until(worker, hooks.should_stop)
+            except BaseException as exc:
+                failed.append(exc)
+
+        thread = threading.Thread(target=serve, name="bench-consumer", daemon=True)
+        thread.start()
+        try:
+            outbox.put(("consumer_waiting", _until_waiting(self.dsn, thread)))
+        finally:
+            hooks.ready()
+            thread.join()
+        if failed:
+            raise failed[0]
+
+
+WAITERS_SQL = """
+SELECT CASE WHEN to_regclass('jobq._waiters') IS NULL THEN NULL
+            ELSE (SELECT count(*) FROM jobq._waiters WHERE queue = %s AND until > now()) END
+"""
+
+
+def _until_waiting(dsn: str, thread: threading.Thread) -> bool | None:
+    """Wait until a worker waits on the queue (see ConsumerTask): True once one does, False if none did
+    within IDLE_WAIT (or the Worker's thread ended), None where the extension keeps no registry."""
+    deadline = time.monotonic() + IDLE_WAIT
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while thread.is_alive() and time.monotonic() < deadline:
+            row = conn.execute(WAITERS_SQL, (QUEUE,)).fetchone()
+            if row is None or row[0] is None:
+                time.sleep(0.5)  # no registry of waiters: give the Worker time to claim and listen
+                return None
+            if row[0] > 0:
+                return True
+            time.sleep(0.01)
+    return False
+
+
 @dataclass(frozen=True)
 class LatencyTask(Task):
-    """An idle pgjobq Worker whose handler reports when each job started: ("started", i, clock)."""
+    """An idle pgjobq Worker whose handler reports when each job started:
+    ("started", i, monotonic clock, wall clock)."""
 
     dsn: str
     listen: bool
@@ -271,7 +357,7 @@ class LatencyTask(Task):
         clock = time.perf_counter
 
         def handler(job: pgjobq.Job) -> None:
-            outbox.put(("started", job.payload["i"], clock()))
+            outbox.put(("started", job.payload["i"], clock(), time.time()))
 
         settings = worker_settings(10, listen=self.listen, poll_interval=self.poll_interval)
         worker = pgjobq.Worker(self.dsn, handler, settings)
@@ -293,6 +379,7 @@ class Results:
     loads: list[dict[str, Any]] = field(default_factory=list)
     enqueue: list[dict[str, Any]] = field(default_factory=list)
     latency: list[dict[str, Any]] = field(default_factory=list)
+    scheduled: list[dict[str, Any]] = field(default_factory=list)
     claim_cost: list[dict[str, Any]] = field(default_factory=list)
     claim_plans: dict[str, str] = field(default_factory=dict)
     soak: dict[str, Any] = field(default_factory=dict)
@@ -320,9 +407,22 @@ def _measured(record: dict[str, Any], measured: Measured) -> dict[str, Any]:
     return record
 
 
+def _error(measured: Measured) -> str:
+    return f"  FAILED: {measured.summary}" if measured.error else ""
+
+
 def _queued(conn: psycopg.Connection[Any], first: int, last: int) -> None:
     """Queued jobs first..last inserted straight into jobq.jobs (building a table state, not enqueueing)."""
     insert_queued(conn, "jobq.jobs", QUEUE, first, last)
+
+
+def quantile(data: list[float], q: float) -> float:
+    """The q-quantile (0..1) of data, linear between closest ranks (report.quantile's twin)."""
+    ordered = sorted(data)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def rotated(items: list[str], repeat: int) -> list[str]:
@@ -481,7 +581,8 @@ class Bench:
     # -- enqueue ------------------------------------------------------------------------
 
     def enqueue(self) -> None:
-        """Single-row enqueues from several clients (NOTIFY trigger on and off), then bulk calls."""
+        """Single-row enqueues from several clients, with no consumer and with an idle one running beside
+        them; then one bulk call, pgjobq's against a multi-row INSERT into the article's table."""
         scale = self.scale
         pgjobq_target = self.servers.create_database("bench_enqueue")
         pgjobq_setup(pgjobq_target)
@@ -489,51 +590,61 @@ class Bench:
         article.ArticleQueue().setup(article_target)
         per_client = scale.enqueue_single_jobs // scale.enqueue_clients
         total = per_client * scale.enqueue_clients
-        variants: dict[str, tuple[str, Target]] = {
-            "pgjobq_notify": ("pgjobq", pgjobq_target),
-            "pgjobq_no_trigger": ("pgjobq", pgjobq_target),
-            "article_insert": ("article", article_target),
+        targets = {"pgjobq": pgjobq_target, "article": article_target}
+        # variant: (whose enqueue, whether its consumer runs beside the clients)
+        variants: dict[str, tuple[str, bool]] = {
+            "pgjobq_no_waiter": ("pgjobq", False),
+            "article_insert": ("article", False),
+            "pgjobq_idle_worker": ("pgjobq", True),
+            "article_insert_worker": ("article", True),
         }
         for repeat in range(self.repeats):
             for variant in rotated(list(variants), repeat):
-                kind, target = variants[variant]
+                kind, consumer = variants[variant]
+                target = targets[kind]
                 with psycopg.connect(target.dsn, autocommit=True) as conn:
                     conn.execute("TRUNCATE jobq.jobs" if kind == "pgjobq" else article.RESET_SQL)
-                    if variant == "pgjobq_no_trigger":
-                        conn.execute("ALTER TABLE jobq.jobs DISABLE TRIGGER jobs_notify_trg")
                 self._settle(target)
-                try:
-                    tasks: list[Task] = [EnqueueTask(target.dsn, kind, per_client)] * scale.enqueue_clients
-                    measured = self.pool.measure(tasks, goal=total, limit=120)
-                finally:
-                    if variant == "pgjobq_no_trigger":
-                        with psycopg.connect(target.dsn, autocommit=True) as conn:
-                            conn.execute("ALTER TABLE jobq.jobs ENABLE TRIGGER jobs_notify_trg")
+                tasks: list[Task] = [EnqueueTask(target.dsn, kind, per_client)] * scale.enqueue_clients
+                if consumer:
+                    tasks.append(ConsumerTask(target.dsn, kind))
+                self.pool.take_messages("consumer_waiting")
+                measured = self.pool.measure(tasks, goal=total, limit=120)
+                said = [message[1] for message in self.pool.take_messages("consumer_waiting")]
+                waiting = said[0] if said else None  # True: registered as waiting; None: nothing to tell
                 self.results.enqueue.append(
                     _measured(
                         {
                             "variant": variant,
                             "clients": scale.enqueue_clients,
+                            "consumer": consumer,
+                            "consumer_waiting": waiting,
                             "jobs": total,
                             "repeat": repeat,
                         },
                         measured,
                     )
                 )
-                self.log(f"  r{repeat} {variant:<22} {measured.rate:>9.0f} jobs/s")
-            for variant in ("bulk_python", "bulk_sql"):
-                pgjobq_reset(pgjobq_target)
-                self._settle(pgjobq_target)
+                note = "  (the Worker never registered as waiting)" if waiting is False else ""
+                self.log(f"  r{repeat} {variant:<22} {measured.rate:>9.0f} jobs/s{note}{_error(measured)}")
+            # server-side variants of the bulk path (payloads built in SQL, other INSERT shapes, a table
+            # without indexes) are in bench/profile.py
+            for variant in rotated(["bulk_python", "bulk_article"], repeat):
                 count = scale.enqueue_bulk_jobs
-                with psycopg.connect(pgjobq_target.dsn, autocommit=True) as conn:
+                target = article_target if variant == "bulk_article" else pgjobq_target
+                with psycopg.connect(target.dsn, autocommit=True) as conn:
+                    conn.execute(article.RESET_SQL if variant == "bulk_article" else "TRUNCATE jobq.jobs")
+                self._settle(target)
+                jobs = payloads(range(count))
+                with psycopg.connect(target.dsn, autocommit=True) as conn, timer() as elapsed:
                     if variant == "bulk_python":
-                        jobs = payloads(range(count))
-                        with timer() as elapsed:
-                            pgjobq.enqueue_many(conn, QUEUE, jobs)
+                        pgjobq.enqueue_many(conn, QUEUE, jobs)
                     else:
-                        with timer() as elapsed:
-                            conn.execute(ENQUEUE_MANY_SQL, {"queue": QUEUE, "first": 1, "last": count})
-                measured = Measured(count, elapsed())
+                        # the same rows from the same dicts, sent as pgjobq.enqueue_many sends them: one
+                        # JSON array (dumped here, timed), one INSERT ... SELECT over its elements
+                        conn.execute(article.BULK_INSERT_SQL, (json.dumps(jobs),))
+                    seconds = elapsed()
+                measured = Measured(count, seconds)
                 self.results.enqueue.append(
                     _measured({"variant": variant, "clients": 1, "jobs": count, "repeat": repeat}, measured)
                 )
@@ -579,8 +690,8 @@ class Bench:
         def collect(until: Callable[[], bool], timeout: float) -> None:
             deadline = time.monotonic() + timeout
             while not until() and time.monotonic() < deadline:
-                for _, i, clock in self.pool.take_messages("started"):
-                    started.setdefault(int(i), float(clock))
+                for message in self.pool.take_messages("started"):
+                    started.setdefault(int(message[1]), float(message[2]))
                 time.sleep(0.001)
 
         try:
@@ -602,6 +713,70 @@ class Bench:
             raise RuntimeError(errors[0])
         samples = [(started[i] - committed[i]) * 1000 for i in committed if i in started]
         return samples, len(committed) - len(samples)
+
+    # -- scheduled ----------------------------------------------------------------------
+
+    def scheduled(self) -> None:
+        """Jobs enqueued with run_at scheduled_ahead seconds ahead, one at a time, on an idle pgjobq
+        Worker (LISTEN, its default 1 s poll): how late after its run_at each handler starts."""
+        scale = self.scale
+        target = self.servers.create_database("bench_scheduled")
+        pgjobq_setup(target)
+        rng = random.Random(5)
+        for repeat in range(self.repeats):
+            samples, missing = self._scheduled_run(target, rng)
+            self.results.scheduled.append(
+                {
+                    "repeat": repeat,
+                    "jobs": scale.scheduled_jobs,
+                    "ahead": scale.scheduled_ahead,
+                    "poll_interval": scale.latency_poll,
+                    "samples_ms": samples,
+                    "missing": missing,
+                }
+            )
+            if samples:
+                self.log(
+                    f"  r{repeat} p50 {quantile(samples, 0.5):8.2f} ms  p99 {quantile(samples, 0.99):8.2f} ms"
+                    f"  max {max(samples):8.2f} ms{f'  ({missing} missing)' if missing else ''}"
+                )
+
+    def _scheduled_run(self, target: Target, rng: random.Random) -> tuple[list[float], int]:
+        """One repeat: the jobs' handler start minus their run_at, in ms, by the wall clock (the server,
+        the producer and the Worker share the machine's), and how many never started."""
+        scale = self.scale
+        pgjobq_reset(target)
+        self._settle(target)
+        self.pool.take_messages("started")
+        self.pool.start([LatencyTask(target.dsn, True, scale.latency_poll)], goal=1 << 60)
+        due: dict[int, float] = {}
+        started: dict[int, float] = {}
+
+        def collect(until: Callable[[], bool], timeout: float) -> None:
+            deadline = time.monotonic() + timeout
+            while not until() and time.monotonic() < deadline:
+                for message in self.pool.take_messages("started"):
+                    started.setdefault(int(message[1]), float(message[3]))
+                time.sleep(0.001)
+
+        try:
+            with psycopg.connect(target.dsn, autocommit=True) as conn:
+                pgjobq.enqueue(conn, QUEUE, {"i": -1})  # warm-up: connected, listening, then idle
+                collect(lambda: -1 in started, scale.latency_poll + 10)
+                collect(lambda: False, 0.2)
+                for i in range(scale.scheduled_jobs):
+                    run_at = datetime.now(timezone.utc) + timedelta(seconds=scale.scheduled_ahead)
+                    pgjobq.enqueue(conn, QUEUE, {"i": i}, run_at=run_at)
+                    due[i] = run_at.timestamp()
+                    collect(lambda: False, rng.uniform(*scale.scheduled_gap))
+                wait = scale.scheduled_ahead + scale.latency_poll + 5
+                collect(lambda: all(i in started for i in due), wait)
+        finally:
+            errors = self.pool.finish()
+        if errors:
+            raise RuntimeError(errors[0])
+        samples = [(started[i] - due[i]) * 1000 for i in due if i in started]
+        return samples, len(due) - len(samples)
 
     # -- claim cost ---------------------------------------------------------------------
 

@@ -82,6 +82,9 @@ BULK_DONE_SQL = """UPDATE jobs SET status = 'done', finished_at = now(), locked_
 
 ENQUEUE_SQL = "INSERT INTO jobs (payload) SELECT p FROM unnest(%s::jsonb[]) AS p"
 SINGLE_INSERT_SQL = "INSERT INTO jobs (payload) VALUES (%s::jsonb)"  # the enqueue workload's reference
+# the bulk enqueue's reference: the payloads as one JSON array, as pgjobq.enqueue_many sends them (the
+# fastest plain multi-row INSERT into this table from Python: about twice ENQUEUE_SQL's rate)
+BULK_INSERT_SQL = "INSERT INTO jobs (payload) SELECT p FROM jsonb_array_elements(%s::jsonb) AS p"
 RESET_SQL = "TRUNCATE jobs"
 
 QUEUE = "default"  # the article's queue name
