@@ -1,33 +1,50 @@
 """Where the time goes: the server-side measurements behind the targets the benchmark misses.
 
-    .venv/bin/python bench/profile.py      # make bench-profile: about 3 minutes -> bench/results/profile.md
+    .venv/bin/python bench/profile.py      # make bench-profile: about 4 minutes -> bench/results/profile.md
 
 On a throwaway PostgreSQL of its own, with the benchmark's settings (fsync
-and synchronous_commit on), it measures, each figure the median of 3
-interleaved repeats:
+and synchronous_commit on), it measures, each rate the median of 3
+interleaved repeats, pgbench with 4 clients and prepared statements (no
+Python) unless said otherwise:
 
-1. One job per batch, claimed and acknowledged by pgbench (4 clients,
-   prepared statements, no Python): the article's two statements (claim,
-   then done: two commits per job) against one jobq.complete_and_claim per
-   job (one commit), with synchronous_commit on, as bench/ runs them, and
-   off, which leaves the CPU cost alone.
-2. Single-row jobq.enqueue from 4 pgbench clients, with the NOTIFY trigger
-   and without it, durable commits and not.
-3. 100,000 rows at once: jobq.enqueue_many with the payloads built by the
-   server, a plain INSERT into jobq.jobs (trigger disabled), and the same
-   INSERT into a copy of the table without indexes or constraints.
-4. The parts of the latency, from Python over one connection: SELECT 1
+1. One job per transaction, claimed and marked done, so that a table's cost
+   and a function's cost show apart: the article's two statements (its
+   claim ``UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED)
+   RETURNING``, then its done ``UPDATE``) on the article's own table and on
+   ``jobq.jobs`` (adapted to its columns: status text, the lease
+   incremented and its expiry set as jobq.claim does, done under the lease);
+   pgjobq's ``jobq.claim`` + ``jobq.complete``; and one
+   ``jobq.complete_and_claim`` per job (batch 1, the Worker's path).  With
+   synchronous_commit on, as bench/ runs them, and off, which leaves the CPU
+   cost alone.  Every run starts from a fresh backlog in an emptied table.
+2. Where a batch-1 job's server time goes: ``pg_stat_statements`` with
+   ``track = all`` (the statements inside the functions too) during a run of
+   each path on jobq.jobs, and ``EXPLAIN (ANALYZE, BUFFERS)`` of the claims
+   (auto_explain for the statements inside ``jobq.claim``).
+3. Single-row enqueue: ``jobq.enqueue`` (no worker waiting, and with one
+   registered as waiting by ``jobq.wait``, so that every enqueue notifies),
+   the article's INSERT into its table, a plain INSERT into ``jobq.jobs``.
+4. 100,000 rows in one statement: ``jobq.enqueue_many`` with the payloads
+   built by the server, the same rows by a plain ``INSERT ... SELECT`` into
+   ``jobq.jobs``, into the article's table, and into a copy of ``jobq.jobs``
+   without indexes or constraints.
+5. The parts of the latency, from Python over one connection: SELECT 1
    right after another statement and after 10 ms idle, and jobq.claim of
    the one job just enqueued.
 """
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
+import re
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +56,24 @@ for folder in (BENCH, ROOT / "tools"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from contenders._pgbench import ENQUEUE_ONE, ONE_TRIP, run_pgbench  # noqa: E402
+from contenders._pgbench import CLAIM_COMPLETE, ENQUEUE_ONE, ONE_TRIP, run_pgbench  # noqa: E402
 from contenders._util import insert_queued  # noqa: E402
 from contenders.article import CLAIM_SQL, DDL, DONE_SQL  # noqa: E402
 from contenders.article import QUEUE as ARTICLE_QUEUE  # noqa: E402
 from contenders.pgjobq_sql import ENQUEUE_MANY_SQL, QUEUE  # noqa: E402
 from report import table  # noqa: E402
-from throwaway_pg import ThrowawayPostgres  # noqa: E402
+from throwaway_pg import ThrowawayPostgres, find_bindir  # noqa: E402
 
 REPEATS = 3
-SECONDS = 3
+SECONDS = 3  # per claim run (pgbench -T)
+ENQUEUE_SECONDS = 2  # per enqueue run
 CLIENTS = 4
+ROWS = 100_000
+MIN_BACKLOG = 40_000  # jobs queued before a claim run, or 2.5 times the most an earlier run of it did
+TIMES = "\u00d7"
+
+# The databases: the article's table; jobq.jobs driven by plain statements; jobq.jobs driven by pgjobq.
+ARTICLE_DB, PLAIN_DB, PGJOBQ_DB = "profile_article", "profile_plain", "profile_pgjobq"
 
 # The article's worker on one job: its claim (batch 1), then its done, its own statements (article.py).
 ARTICLE_ONE = (
@@ -58,120 +82,398 @@ ARTICLE_ONE = (
     + DONE_SQL % ":id"
     + ";\n"
 )
-ROWS = 100_000
+# The same two statements on jobq.jobs, adapted to its columns: status is text, the claim increments the
+# lease and sets its expiry as jobq.claim does (the table's CHECK wants one on a running row), and the
+# done, as jobq.complete does, presents the lease and keeps locked_by and locked_at.
+PLAIN_ONE = f"""UPDATE jobq.jobs
+   SET status = 'running', locked_by = 'w', locked_at = now(), attempts = attempts + 1,
+       lease = lease + 1, lease_expires_at = now() + interval '60 seconds'
+ WHERE id IN (SELECT id FROM jobq.jobs
+               WHERE queue = '{QUEUE}' AND status = 'queued' AND run_at <= now()
+               ORDER BY priority DESC, run_at, id
+               LIMIT 1
+               FOR UPDATE SKIP LOCKED)
+RETURNING id, payload, attempts, max_attempts, lease \\gset
+UPDATE jobq.jobs SET status = 'done', finished_at = now()
+ WHERE id = :id AND lease = :lease AND status = 'running';
+"""
+ARTICLE_INSERT = "INSERT INTO jobs (payload) VALUES ('{}');\n"
+PLAIN_INSERT = f"INSERT INTO jobq.jobs (queue, payload) VALUES ('{QUEUE}', '{{}}');\n"
 
 
-def pgbench(server: ThrowawayPostgres, dbname: str, script: str, *, durable: bool) -> float:
-    """Transactions per second of CLIENTS pgbench clients looping over script for SECONDS."""
-    run = run_pgbench(
+@dataclass(frozen=True)
+class Variant:
+    """One way to claim and finish a job, or to enqueue one: a pgbench script on a database's table."""
+
+    name: str
+    label: str
+    dbname: str
+    table: str  # the table it works on, emptied (and filled, for a claim) before each run
+    queue: str
+    script: str
+
+
+CLAIM_PATHS = (
+    Variant(
+        "article", "article's statements, article's table", ARTICLE_DB, "jobs", ARTICLE_QUEUE, ARTICLE_ONE
+    ),
+    Variant("plain", "article's statements, jobq.jobs", PLAIN_DB, "jobq.jobs", QUEUE, PLAIN_ONE),
+    Variant("claim_complete", "jobq.claim + jobq.complete", PGJOBQ_DB, "jobq.jobs", QUEUE, CLAIM_COMPLETE),
+    Variant("one_trip", "jobq.complete_and_claim, batch 1", PGJOBQ_DB, "jobq.jobs", QUEUE, ONE_TRIP),
+)
+ENQUEUE_PATHS = (
+    Variant("enqueue", "jobq.enqueue, no worker waiting", PGJOBQ_DB, "jobq.jobs", QUEUE, ENQUEUE_ONE),
+    Variant("enqueue_waiter", "jobq.enqueue, a worker waiting", PGJOBQ_DB, "jobq.jobs", QUEUE, ENQUEUE_ONE),
+    Variant(
+        "article", "article's INSERT, article's table", ARTICLE_DB, "jobs", ARTICLE_QUEUE, ARTICLE_INSERT
+    ),
+    Variant("plain", "plain INSERT into jobq.jobs", PLAIN_DB, "jobq.jobs", QUEUE, PLAIN_INSERT),
+)
+
+
+def pgbench(
+    server: ThrowawayPostgres, path: Variant, *, durable: bool, seconds: int, options: str = ""
+) -> Any:
+    """One pgbench run of path: CLIENTS clients for seconds, synchronous_commit on or off."""
+    return run_pgbench(
         server.bindir,
-        server.dsn(dbname),
-        script,
+        server.dsn(path.dbname),
+        path.script,
         clients=CLIENTS,
-        seconds=SECONDS,
-        options=f"-c synchronous_commit={'on' if durable else 'off'}",
+        seconds=seconds,
+        options=f"-c synchronous_commit={'on' if durable else 'off'} {options}".strip(),
     )
-    if run.drained:
-        raise RuntimeError(f"the backlog of {dbname} ran out during a pgbench run: fill more jobs")
-    return run.tps
 
 
-def fill(dsn: str, table: str, queue: str, rows: int) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        insert_queued(conn, table, queue, 1, rows)
+def refill(server: ThrowawayPostgres, path: Variant, rows: int) -> None:
+    """Empty path's table, queue rows jobs in it, and CHECKPOINT (no run pays an earlier one's writes)."""
+    with psycopg.connect(server.dsn(path.dbname), autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {path.table}")
+        if rows:
+            insert_queued(conn, path.table, path.queue, 1, rows)
+            conn.execute(f"VACUUM (ANALYZE) {path.table}")
         conn.execute("CHECKPOINT")
 
 
-def claim_and_acknowledge(server: ThrowawayPostgres) -> list[list[str]]:
-    """Section 1: jobs/s of the article's claim + done against jobq.complete_and_claim, one job at a time."""
-    admin = psycopg.connect(server.dsn(), autocommit=True)
-    for name in ("profile_article", "profile_pgjobq"):
-        admin.execute(f"CREATE DATABASE {name}")
-    admin.close()
-    with psycopg.connect(server.dsn("profile_article"), autocommit=True) as conn:
+def claim_run(server: ThrowawayPostgres, path: Variant, durable: bool, best: dict[str, float]) -> float:
+    """Jobs/s of one claim run from a fresh backlog (big enough; a run that drains is run again)."""
+    for _ in range(3):
+        backlog = max(MIN_BACKLOG, math.ceil(2.5 * best.get(path.name, 0.0) * SECONDS))
+        refill(server, path, backlog)
+        run = pgbench(server, path, durable=durable, seconds=SECONDS)
+        best[path.name] = max(best.get(path.name, 0.0), run.tps)
+        if not run.drained:
+            return float(run.tps)
+    raise RuntimeError(f"the backlog of {path.name} ran out in every run")
+
+
+def create_databases(server: ThrowawayPostgres) -> None:
+    with psycopg.connect(server.dsn(), autocommit=True) as admin:
+        for name in (ARTICLE_DB, PLAIN_DB, PGJOBQ_DB):
+            admin.execute(f"CREATE DATABASE {name}")
+    with psycopg.connect(server.dsn(ARTICLE_DB), autocommit=True) as conn:
         conn.execute(DDL)
-    with psycopg.connect(server.dsn("profile_pgjobq"), autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION pgjobq")
-    fill(server.dsn("profile_article"), "jobs", ARTICLE_QUEUE, 400_000)
-    fill(server.dsn("profile_pgjobq"), "jobq.jobs", QUEUE, 400_000)
+    for name in (PLAIN_DB, PGJOBQ_DB):
+        with psycopg.connect(server.dsn(name), autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION pgjobq")
+
+
+def claim_and_done(server: ThrowawayPostgres) -> list[list[str]]:
+    """Section 1: jobs/s of one job per transaction, four ways, synchronous_commit on and off."""
     rows = []
+    best: dict[str, float] = {}
     for durable in (True, False):
-        rates: dict[str, list[float]] = {"article": [], "pgjobq": []}
-        for _ in range(REPEATS):
-            rates["article"].append(pgbench(server, "profile_article", ARTICLE_ONE, durable=durable))
-            rates["pgjobq"].append(pgbench(server, "profile_pgjobq", ONE_TRIP, durable=durable))
-        article, ours = statistics.median(rates["article"]), statistics.median(rates["pgjobq"])
-        rows.append([
-            "on" if durable else "off", f"{article:,.0f}", f"{ours:,.0f}", f"{ours / article:.2f}\u00d7",
-        ])  # fmt: skip
+        rates: dict[str, list[float]] = {path.name: [] for path in CLAIM_PATHS}
+        for repeat in range(REPEATS):
+            for path in rotated(CLAIM_PATHS, repeat):
+                rates[path.name].append(claim_run(server, path, durable, best))
+        median = {name: statistics.median(values) for name, values in rates.items()}
+        rows.append(
+            ["on" if durable else "off"]
+            + [f"{median[path.name]:,.0f}" for path in CLAIM_PATHS]
+            + [
+                f"{median['plain'] / median['article']:.2f}{TIMES}",
+                f"{median['claim_complete'] / median['plain']:.2f}{TIMES}",
+                f"{median['one_trip'] / median['plain']:.2f}{TIMES}",
+                f"{median['one_trip'] / median['article']:.2f}{TIMES}",
+            ]
+        )
     return rows
 
 
-def enqueue_with_and_without_notify(server: ThrowawayPostgres) -> list[list[str]]:
-    """Section 2: single-row jobq.enqueue per second with the NOTIFY trigger and without."""
-    dsn = server.dsn("profile_pgjobq")
+def rotated(items: tuple[Variant, ...], repeat: int) -> list[Variant]:
+    shift = repeat % len(items)
+    return list(items[shift:] + items[:shift])
+
+
+# -- section 2: inside a job ---------------------------------------------------------
+
+STATEMENTS = """
+SELECT {toplevel} AS toplevel, calls, total_exec_time, rows, shared_blks_hit + shared_blks_read AS buffers,
+       wal_bytes, query
+  FROM pg_stat_statements
+ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND calls > 0
+ ORDER BY {toplevel} DESC, total_exec_time DESC
+"""
+
+
+def one_line(query: str, width: int = 140) -> str:
+    """A statement on one line for a table cell: whitespace collapsed, pipes escaped, cut at width."""
+    text = " ".join(query.split())
+    text = text if len(text) <= width else text[: width - 1] + "\u2026"
+    return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
+
+
+def inside_a_job(server: ThrowawayPostgres, available: bool) -> list[str]:
+    """Section 2: pg_stat_statements (track = all) over a durable run of each path on jobq.jobs, then
+    the claim plans."""
+    out: list[str] = []
+    if not available:
+        out += [
+            "pg_stat_statements is not available in this PostgreSQL (its library is not installed), so "
+            "the statements inside the functions are not broken down here.",
+            "",
+        ]
+    else:
+        for name in (PLAIN_DB, PGJOBQ_DB):
+            with psycopg.connect(server.dsn(name), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        for path in CLAIM_PATHS[1:]:
+            out += statements_of(server, path)
+    out += plans(server)
+    return out
+
+
+def statements_of(server: ThrowawayPostgres, path: Variant) -> list[str]:
+    """The statements one run of path executed, per job: top-level ones, then those nested inside."""
+    refill(server, path, MIN_BACKLOG)
+    with psycopg.connect(server.dsn(path.dbname), autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_statements_reset()")
+    run = pgbench(server, path, durable=True, seconds=SECONDS, options="-c pg_stat_statements.track=all")
+    with psycopg.connect(server.dsn(path.dbname), autocommit=True) as conn:
+        has_toplevel = conn.execute(
+            "SELECT count(*) FROM pg_attribute WHERE attrelid = 'pg_stat_statements'::regclass"
+            " AND attname = 'toplevel'"
+        ).fetchone()
+        toplevel = "toplevel" if has_toplevel and has_toplevel[0] else "NULL::boolean"
+        found = conn.execute(STATEMENTS.format(toplevel=toplevel)).fetchall()
+        done = conn.execute("SELECT count(*) FROM jobq.jobs WHERE status = 'done'").fetchone()
+    jobs = int(done[0]) if done else 0
+    if jobs == 0:
+        return [f"### {path.label}", "", "No job was done in the run.", ""]
+    rows = []
+    top_ms = 0.0
+    for level, calls, total_ms, _rows, buffers, wal, query in found:
+        if "pg_stat_statements" in query:
+            continue
+        if level is not False:
+            top_ms += float(total_ms)
+        rows.append(
+            [
+                "top" if level else "inside" if level is False else "?",
+                f"{calls / jobs:.2f}",
+                f"{float(total_ms) * 1000 / jobs:,.1f}",
+                f"{float(total_ms) * 1000 / calls:,.1f}",
+                f"{buffers / calls:.1f}",
+                f"{float(wal or 0) / jobs:,.0f}",
+                one_line(query),
+            ]
+        )
+    wall_us = CLIENTS / run.tps * 1e6  # a job's time on one client: what each of the 4 waited per job
+    top_us = top_ms * 1000 / jobs
+    return [
+        f"### {path.label}",
+        "",
+        f"{jobs:,} jobs in {run.seconds:.1f} s ({run.tps:,.0f} jobs/s, one run, with the tracking's own "
+        "cost: section 1 has the rates). Per job, one client waited "
+        f"{wall_us:,.0f} \u00b5s; the top-level statements executed for {top_us:,.0f} \u00b5s of it "
+        f"({top_us / wall_us * 100:.0f}%): the rest is parse/bind, the commit's WAL flush, the protocol and "
+        "the wait for a CPU. An inside statement's time is part of the top-level statement that ran it.",
+        "",
+        table(
+            [
+                "level",
+                "calls per job",
+                "\u00b5s per job",
+                "\u00b5s per call",
+                "buffers per call",
+                "WAL bytes per job",
+                "statement",
+            ],
+            rows,
+        ),
+        "",
+    ]
+
+
+def plans(server: ThrowawayPostgres) -> list[str]:
+    """EXPLAIN (ANALYZE, BUFFERS) of a one-job claim, each in a transaction rolled back: the article's
+    claim statement on jobq.jobs, and jobq.claim (with auto_explain for the statements inside it)."""
+    plain, ours = CLAIM_PATHS[1], CLAIM_PATHS[2]
+    refill(server, plain, 10_000)
+    refill(server, ours, 10_000)
+    claim = PLAIN_ONE.split(" \\gset")[0]
+    out = []
+    with psycopg.connect(server.dsn(plain.dbname), autocommit=True) as conn:
+        for _ in range(5):  # warm: the plan and the pages, as in a run
+            conn.execute("BEGIN")
+            conn.execute(claim)
+            conn.execute("ROLLBACK")
+        conn.execute("BEGIN")
+        lines = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + claim).fetchall()]
+        conn.execute("ROLLBACK")
+    out += details("EXPLAIN (ANALYZE, BUFFERS): the article's claim on jobq.jobs, one job", "\n".join(lines))
+    notices: list[str] = []
+    with psycopg.connect(server.dsn(ours.dbname), autocommit=True) as conn:
+        call = f"SELECT * FROM jobq.claim('{QUEUE}', 1, 'w')"
+        for _ in range(5):
+            conn.execute("BEGIN")
+            conn.execute(call).fetchall()
+            conn.execute("ROLLBACK")
+        conn.execute("BEGIN")
+        lines = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + call).fetchall()]
+        conn.execute("ROLLBACK")
+        out += details(f"EXPLAIN (ANALYZE, BUFFERS): `{call}`", "\n".join(lines))
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        for setting, value in (
+            ("auto_explain.log_min_duration", "0"),
+            ("auto_explain.log_analyze", "on"),
+            ("auto_explain.log_buffers", "on"),
+            ("auto_explain.log_timing", "on"),
+            ("auto_explain.log_nested_statements", "on"),
+            ("auto_explain.log_level", "notice"),
+        ):
+            conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
+        conn.execute("BEGIN")
+        conn.execute(call).fetchall()
+        conn.execute("ROLLBACK")
+    out += details(
+        "auto_explain: every statement jobq.claim ran for that call, the call itself last",
+        "\n\n".join(n.strip() for n in notices if "set_config(" not in n),
+    )
+    return out
+
+
+def details(summary: str, text: str) -> list[str]:
+    return ["<details><summary>" + summary + "</summary>", "", "```", text.strip(), "```", "</details>", ""]
+
+
+# -- section 3: single-row enqueue ---------------------------------------------------------
+
+
+def has_wait(server: ThrowawayPostgres) -> bool:
+    with psycopg.connect(server.dsn(PGJOBQ_DB), autocommit=True) as conn:
+        row = conn.execute("SELECT to_regproc('jobq.wait') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
+def waiting(server: ThrowawayPostgres, on: bool) -> None:
+    """Register a worker as waiting on QUEUE for an hour (every enqueue then notifies), or forget it."""
+    with psycopg.connect(server.dsn(PGJOBQ_DB), autocommit=True) as conn:
+        if on:
+            row = conn.execute(
+                "SELECT registered FROM jobq.wait(%s, 'profile', '1 hour')", (QUEUE,)
+            ).fetchone()
+            if not (row and row[0]):
+                raise RuntimeError("jobq.wait did not register the waiter")
+        else:
+            conn.execute("DELETE FROM jobq._waiters")
+
+
+def single_enqueue(server: ThrowawayPostgres) -> tuple[list[list[str]], list[str]]:
+    """Section 3: single-row enqueues per second, four ways, synchronous_commit on and off."""
+    paths = [p for p in ENQUEUE_PATHS if p.name != "enqueue_waiter" or has_wait(server)]
     rows = []
     for durable in (True, False):
-        rates: dict[bool, list[float]] = {True: [], False: []}
-        for _ in range(REPEATS):
-            for trigger in (True, False):
-                with psycopg.connect(dsn, autocommit=True) as conn:
-                    conn.execute(
-                        f"ALTER TABLE jobq.jobs {'ENABLE' if trigger else 'DISABLE'} TRIGGER jobs_notify_trg"
+        rates: dict[str, list[float]] = {path.name: [] for path in paths}
+        for repeat in range(REPEATS):
+            for path in rotated(tuple(paths), repeat):
+                refill(server, path, 0)
+                if path.name == "enqueue_waiter":
+                    waiting(server, True)
+                try:
+                    rates[path.name].append(
+                        pgbench(server, path, durable=durable, seconds=ENQUEUE_SECONDS).tps
                     )
-                rates[trigger].append(pgbench(server, "profile_pgjobq", ENQUEUE_ONE, durable=durable))
-        with_trigger, without = statistics.median(rates[True]), statistics.median(rates[False])
-        rows.append([
-            "on" if durable else "off", f"{with_trigger:,.0f}", f"{without:,.0f}",
-            f"{with_trigger / without:.2f}\u00d7",
-        ])  # fmt: skip
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("ALTER TABLE jobq.jobs ENABLE TRIGGER jobs_notify_trg")
-    return rows
+                finally:
+                    if path.name == "enqueue_waiter":
+                        waiting(server, False)
+        median = {name: statistics.median(values) for name, values in rates.items()}
+        waiter = median.get("enqueue_waiter")
+        rows.append(
+            ["on" if durable else "off"]
+            + [f"{median[p.name]:,.0f}" if p.name in median else "\u2014" for p in ENQUEUE_PATHS]
+            + [
+                f"{median['enqueue'] / median['article']:.2f}{TIMES}",
+                f"{waiter / median['article']:.2f}{TIMES}" if waiter else "\u2014",
+                f"{median['enqueue'] / median['plain']:.2f}{TIMES}",
+                f"{median['plain'] / median['article']:.2f}{TIMES}",
+            ]
+        )
+    header = ["synchronous_commit", *(f"{p.label}, jobs/s" for p in ENQUEUE_PATHS)]
+    header += ["enqueue / article", "enqueue with a waiter / article", "enqueue / plain", "plain / article"]
+    return rows, header
+
+
+# -- section 4: bulk ----------------------------------------------------------------------
 
 
 def bulk_insert(server: ThrowawayPostgres) -> list[list[str]]:
-    """Section 3: rows per second of 100,000 jobs in one statement, three ways."""
-    statements: Mapping[str, tuple[str, Callable[[psycopg.Connection[Any]], object]]] = {
+    """Section 4: rows per second of 100,000 jobs in one statement, four ways."""
+    statements: dict[str, tuple[str, str, Callable[[psycopg.Connection[Any]], object]]] = {
         "jobq.enqueue_many, payloads built by the server": (
-            "TRUNCATE jobq.jobs",
+            PGJOBQ_DB,
+            "jobq.jobs",
             lambda conn: conn.execute(ENQUEUE_MANY_SQL, {"queue": QUEUE, "first": 1, "last": ROWS}),
         ),
-        "INSERT INTO jobq.jobs, trigger disabled": (
-            "TRUNCATE jobq.jobs",
+        "INSERT ... SELECT into jobq.jobs": (
+            PLAIN_DB,
+            "jobq.jobs",
             lambda conn: insert_queued(conn, "jobq.jobs", QUEUE, 1, ROWS),
         ),
-        "INSERT INTO a copy of jobq.jobs without indexes or constraints": (
-            "TRUNCATE bare_jobs",
+        "INSERT ... SELECT into the article's table": (
+            ARTICLE_DB,
+            "jobs",
+            lambda conn: insert_queued(conn, "jobs", ARTICLE_QUEUE, 1, ROWS),
+        ),
+        "INSERT ... SELECT into a copy of jobq.jobs without indexes or constraints": (
+            PLAIN_DB,
+            "bare_jobs",
             lambda conn: insert_queued(conn, "bare_jobs", QUEUE, 1, ROWS),
         ),
     }
-    times: dict[str, list[float]] = {name: [] for name in statements}
-    with psycopg.connect(server.dsn("profile_pgjobq"), autocommit=True) as conn:
+    with psycopg.connect(server.dsn(PLAIN_DB), autocommit=True) as conn:
         conn.execute("CREATE TABLE bare_jobs (LIKE jobq.jobs INCLUDING DEFAULTS)")
-        for _ in range(REPEATS):
-            for name, (reset, insert) in statements.items():
-                conn.execute(reset)
+    times: dict[str, list[float]] = {name: [] for name in statements}
+    for repeat in range(REPEATS):
+        names = list(statements)
+        for name in names[repeat % len(names) :] + names[: repeat % len(names)]:
+            dbname, target, insert = statements[name]
+            with psycopg.connect(server.dsn(dbname), autocommit=True) as conn:
+                conn.execute(f"TRUNCATE {target}")
                 conn.execute("CHECKPOINT")
-                trigger = "DISABLE" if "trigger disabled" in name else "ENABLE"
-                conn.execute(f"ALTER TABLE jobq.jobs {trigger} TRIGGER jobs_notify_trg")
                 started = time.perf_counter()
                 insert(conn)
                 times[name].append(time.perf_counter() - started)
-        conn.execute("ALTER TABLE jobq.jobs ENABLE TRIGGER jobs_notify_trg")
-    return [[name, f"{ROWS / statistics.median(spent):,.0f}"] for name, spent in times.items()]
+    rates = {name: ROWS / statistics.median(spent) for name, spent in times.items()}
+    ours = rates["jobq.enqueue_many, payloads built by the server"]
+    return [[name, f"{value:,.0f}", f"{ours / value:.2f}{TIMES}"] for name, value in rates.items()]
+
+
+# -- section 5: latency ----------------------------------------------------------------------
 
 
 def latency_parts(server: ThrowawayPostgres) -> list[list[str]]:
-    """Section 4: milliseconds of the statements on the way from a notification to a handler."""
+    """Section 5: milliseconds of the statements on the way from a notification to a handler."""
     samples: dict[str, list[float]] = {
         "SELECT 1, warm": [],
         "SELECT 1 after 10 ms idle": [],
         "jobq.claim of 1 job": [],
     }
     with (
-        psycopg.connect(server.dsn("profile_pgjobq"), autocommit=True) as producer,
-        psycopg.connect(server.dsn("profile_pgjobq"), autocommit=True) as worker,
+        psycopg.connect(server.dsn(PGJOBQ_DB), autocommit=True) as producer,
+        psycopg.connect(server.dsn(PGJOBQ_DB), autocommit=True) as worker,
     ):
         producer.execute("TRUNCATE jobq.jobs")
         for _ in range(100):
@@ -188,54 +490,123 @@ def latency_parts(server: ThrowawayPostgres) -> list[list[str]]:
     return [[name, f"{statistics.median(values):.2f}"] for name, values in samples.items()]
 
 
-def main() -> None:
-    out = BENCH / "results" / "profile.md"
-    with ThrowawayPostgres(fast=False) as server:
-        sections: list[tuple[str, Callable[[ThrowawayPostgres], list[list[str]]], list[str], str]] = [
-            (
-                "1. One job per batch: the article's claim + done against jobq.complete_and_claim",
-                claim_and_acknowledge,
-                ["synchronous_commit", "article, jobs/s", "complete_and_claim, jobs/s", "ratio"],
-                "pgbench, 4 clients, prepared statements, no Python. With durable commits the article pays "
-                "two per job and pgjobq one; with synchronous_commit off what is left is the CPU each job "
-                "costs.",
-            ),
-            (
-                "2. Single-row enqueue with the NOTIFY trigger and without",
-                enqueue_with_and_without_notify,
-                ["synchronous_commit", "with trigger, jobs/s", "without, jobs/s", "ratio"],
-                "pgbench, 4 clients. A transaction that notifies takes a cluster-wide lock at commit and "
-                "holds it through its WAL flush, so notifying commits cannot share one flush; without "
-                "durable commits the ratio shows the trigger's CPU alone.",
-            ),
-            (
-                f"3. {ROWS:,} jobs in one statement",
-                bulk_insert,
-                ["statement", "rows/s"],
-                "The INSERT into the bare copy is the heap and WAL alone; the difference to the plain "
-                "INSERT is what the primary key, the claim index and the checks cost.",
-            ),
-            (
-                "4. The parts of the latency",
-                latency_parts,
-                ["statement (one connection, from Python)", "ms, median of 100"],
-                "What an idle worker does after a notification: its first statement after being idle, then "
-                "the claim.",
-            ),
-        ]
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+# -- the profile -------------------------------------------------------------------------------
+
+
+def stat_statements_available(bindir: Path) -> bool:
+    """Whether this PostgreSQL has pg_stat_statements (its library, where pg_config says libraries are)."""
+    pg_config = bindir / "pg_config"
+    candidates = [bindir.parent / "lib"]
+    if pg_config.exists():
+        found = subprocess.run([str(pg_config), "--pkglibdir"], capture_output=True, text=True, check=False)
+        if found.returncode == 0:
+            candidates.insert(0, Path(found.stdout.strip()))
+    return any((folder / "pg_stat_statements.so").exists() for folder in candidates)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=BENCH / "results" / "profile.md",
+        help="the file to write (default %(default)s)",
+    )
+    out: Path = parser.parse_args(argv).out
+    began = time.perf_counter()
+    available = stat_statements_available(find_bindir())
+    # preloaded, but tracking nothing unless a session asks (section 2's pgbench runs): the other
+    # sections pay no more than the hook's test
+    settings = (
+        {"shared_preload_libraries": "'pg_stat_statements'", "pg_stat_statements.track": "none"}
+        if available
+        else {}
+    )
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    with ThrowawayPostgres(fast=False, settings=settings) as server:
+        create_databases(server)
         parts = [
             "# Where the time goes",
             "",
-            f"`bench/profile.py` on {os.cpu_count()} CPUs, {stamp},"
-            f" one throwaway PostgreSQL with the benchmark's settings (fsync and synchronous_commit on"
-            f" unless a row says otherwise); each figure the median of {REPEATS} repeats.",
+            f"`bench/profile.py` on {os.cpu_count()} CPUs, {stamp}, "
+            f"load average {'/'.join(f'{x:.1f}' for x in os.getloadavg())} at the start; one throwaway "
+            "PostgreSQL with the benchmark's settings (fsync and synchronous_commit on unless a row says "
+            f"otherwise); pgbench with {CLIENTS} clients and prepared statements unless said otherwise; each "
+            f"rate the median of {REPEATS} interleaved repeats.",
         ]
-        for title, measure, header, note in sections:
-            print(title, flush=True)
-            parts += ["", f"## {title}", "", note, "", table(header, measure(server))]
+
+        def section(title: str, note: str, body: list[str]) -> None:
+            print(title, f"({time.perf_counter() - began:.0f} s)", flush=True)
+            parts.extend(["", f"## {title}", "", note, "", *body])
+
+        print("1. claim and done", flush=True)
+        rows = claim_and_done(server)
+        section(
+            "1. One job per transaction: the table's cost and the function's",
+            "Each run starts from a backlog queued into an emptied table. The article's statements (its "
+            "claim `UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING`, batch 1, then its "
+            "done `UPDATE`) run on the article's table and on `jobq.jobs`, adapted to its columns (status "
+            "text; the claim increments the lease and sets its expiry as `jobq.claim` does; the done "
+            "presents the lease and keeps locked_by and locked_at, as `jobq.complete` does). The article's "
+            "statements, `claim` + `complete`, commit twice per job; `complete_and_claim` once (it "
+            "acknowledges the last job and claims the next). *table*: the same statements on jobq.jobs "
+            "against the article's table; *functions*: pgjobq's functions against those statements on the "
+            "same table. With synchronous_commit off what is left is the CPU each job costs.",
+            [
+                table(
+                    [
+                        "synchronous_commit",
+                        *(f"{p.label}, jobs/s" for p in CLAIM_PATHS),
+                        "table: plain on jobq.jobs / article",
+                        "functions: claim + complete / plain",
+                        "complete_and_claim / plain",
+                        "complete_and_claim / article",
+                    ],
+                    rows,
+                )
+            ],
+        )
+        section(
+            "2. Inside a batch-1 job",
+            "`pg_stat_statements` with `track = all`, so that the statements PL/pgSQL runs inside the "
+            f"functions are counted as well, over one durable {SECONDS} s run of each path on jobq.jobs "
+            "(server time only: execution, not planning, parse or commit). *µs per job* is the statement's "
+            "total execution time over the jobs done, so the top-level rows add up to the server's "
+            "execution time per job; *buffers* are shared hits and reads. Then the plans of a one-job "
+            "claim, each in a transaction rolled back after 5 warm-up claims.",
+            inside_a_job(server, available),
+        )
+        rows, header = single_enqueue(server)
+        section(
+            "3. Single-row enqueue",
+            f"pgbench, {CLIENTS} clients, {ENQUEUE_SECONDS} s per run, `'{{}}'` payloads, from an empty "
+            "table. *A worker waiting*: one registration by `jobq.wait(queue, worker, '1 hour')` before the "
+            "run that no one takes back (no one listens either), so every enqueue of the run notifies: the "
+            "worst case, a worker that stays registered while the enqueues come. A notifying commit takes a "
+            "cluster-wide lock and holds it through its WAL flush, so such commits cannot share one flush. "
+            "The plain INSERT into jobq.jobs has the table's defaults, indexes and checks, without the "
+            "function.",
+            [table(header, rows)],
+        )
+        section(
+            f"4. {ROWS:,} jobs in one statement",
+            "Payloads built by the server (`jsonb_build_object('i', g)` over `generate_series`), one "
+            "statement each, from an emptied table after a CHECKPOINT; the last column is enqueue_many's "
+            "rate over the row's. The bare copy is the heap and WAL alone; the plain INSERT into jobq.jobs "
+            "adds the primary key, the claim index and the checks; enqueue_many adds its function.",
+            [table(["statement", "rows/s", "enqueue_many / this"], bulk_insert(server))],
+        )
+        section(
+            "5. The parts of the latency",
+            "What an idle worker does after a notification: its first statement after being idle, then "
+            "the claim (from Python, one connection).",
+            [table(["statement (one connection, from Python)", "ms, median of 100"], latency_parts(server))],
+        )
+    parts += ["", f"Wall time: {time.perf_counter() - began:.0f} s."]
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(parts) + "\n")
+    out.write_text(re.sub(r"\n{3,}", "\n\n", "\n".join(parts)).rstrip() + "\n")
     print(f"wrote {out}")
 
 
