@@ -980,6 +980,24 @@ def _soak_section(r: Results) -> list[str]:
             if rates[0] > 0
             else ""
         )
+    sized = [sample for sample in soak.get("samples") or [] if sample.get("table_bytes") is not None]
+    if len(sized) >= 2:
+        mib = 1024 * 1024
+
+        def grew(name: str | None) -> str:
+            """How the table (name None) or one of its indexes grew over the samples."""
+            values = [
+                float(
+                    sample["table_bytes"] if name is None else (sample.get("index_bytes") or {}).get(name, 0)
+                )
+                / mib
+                for sample in sized
+            ]
+            return f"{values[0]:,.1f} \u2192 {values[-1]:,.1f} MiB (peak {max(values):,.1f})"
+
+        index_names = sorted(sized[-1].get("index_bytes") or {})
+        parts = [f"table {grew(None)}", *(f"{name} {grew(name)}" for name in index_names)]
+        out.append(f"Sizes from the first sample to the last: {'; '.join(parts)}.")
     if soak.get("error"):
         out.append(f"Error: `{soak['error'].strip().splitlines()[0]}`")
     out.append("")
