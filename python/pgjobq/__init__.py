@@ -36,6 +36,7 @@ from pgjobq._client import (
     release,
     retry_failed,
     stats,
+    wait,
 )
 from pgjobq._errors import (
     ConfigurationError,
@@ -83,6 +84,7 @@ __all__ = [
     "release",
     "retry_failed",
     "stats",
+    "wait",
 ]
 
 __version__ = PACKAGE_VERSION

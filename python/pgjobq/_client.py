@@ -41,6 +41,7 @@ __all__ = [
     "release",
     "retry_failed",
     "stats",
+    "wait",
 ]
 
 Conn = psycopg.Connection[Any]
@@ -58,10 +59,22 @@ def translated() -> Iterator[None]:
         raise error from exc
 
 
-def _fetch(conn: Conn, name: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-    """Run the named statement on conn and return its rows as tuples, whatever conn's row factory."""
-    with translated(), conn.cursor(row_factory=tuple_row) as cur:
-        return cur.execute(query(name), params).fetchall()
+def _fetch(
+    conn: Conn, name: str, params: Mapping[str, Any] | None = None, *, prepare: bool | None = None
+) -> list[tuple[Any, ...]]:
+    """Run the named statement on conn and return its rows as tuples, whatever conn's row factory.
+
+    ``prepare=True`` prepares it at once (the Worker's hot statements) unless
+    conn's prepare_threshold is None; None leaves it to the threshold.
+    """
+    try:  # not translated(): this runs for every claim, and a generator context costs microseconds
+        with conn.cursor(row_factory=tuple_row) as cur:
+            return cur.execute(query(name), params, prepare=prepare).fetchall()
+    except psycopg.Error as exc:
+        error = translate(exc)
+        if error is None:
+            raise
+        raise error from exc
 
 
 def dump_payload(payload: Mapping[str, Any], argument: str = "payload") -> str:
@@ -275,8 +288,54 @@ def claim(
         "worker": _text("worker", worker),
         "lease_timeout": _lease_timeout(lease_timeout),
     }
-    with translated(), conn.cursor(row_factory=class_row(Job)) as cur:
-        return cur.execute(query("claim"), params).fetchall()
+    return claim_unchecked(conn, params)
+
+
+# The Worker's hot path: the same statements with arguments the Worker
+# checked once (its settings) or that the database itself returned (ids and
+# leases), so nothing is checked again for each job.
+
+
+def claim_unchecked(conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None) -> list[Job]:
+    """claim, its parameters (queue, n, worker, lease_timeout) taken as they are."""
+    return [Job(*row) for row in _fetch(conn, "claim", params, prepare=prepare)]
+
+
+def complete_and_claim_unchecked(
+    conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None
+) -> tuple[set[int], list[Job]]:
+    """complete_and_claim, its parameters (ids, leases and claim's) taken as they are."""
+    acknowledged: set[int] = set()
+    claimed: list[Job] = []
+    for status, *job in _fetch(conn, "complete_and_claim", params, prepare=prepare):
+        if status == "done":
+            acknowledged.add(job[0])
+        else:
+            claimed.append(Job(*job))
+    return acknowledged, claimed
+
+
+def complete_many_unchecked(
+    conn: Conn, ids: list[int], leases: list[int], *, prepare: bool | None = None
+) -> set[int]:
+    """complete_many for ids and leases (lists of one length) taken as they are."""
+    return {r[0] for r in _fetch(conn, "complete_many", {"ids": ids, "leases": leases}, prepare=prepare)}
+
+
+def heartbeat_many_unchecked(
+    conn: Conn, ids: list[int], leases: list[int], *, prepare: bool | None = None
+) -> set[int]:
+    """heartbeat_many for ids and leases (lists of one length) taken as they are."""
+    return {r[0] for r in _fetch(conn, "heartbeat_many", {"ids": ids, "leases": leases}, prepare=prepare)}
+
+
+def wait_unchecked(
+    conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None
+) -> tuple[bool, datetime | None, timedelta | None]:
+    """wait, its parameters (queue, worker, up_to) taken as they are; also how far ahead next_run_at is,
+    by the database's clock."""
+    registered, next_run_at, next_run_in = _fetch(conn, "wait", params, prepare=prepare)[0]
+    return bool(registered), next_run_at, next_run_in
 
 
 def complete(conn: Conn, job_id: int, lease: int) -> None:
@@ -290,8 +349,7 @@ def complete_many(conn: Conn, acks: Sequence[tuple[int, int]]) -> set[int]:
     Pairs missing from the result had a stale lease (or an unknown id).
     """
     pairs = [_held(job_id, lease) for job_id, lease in acks]
-    params = {"ids": [p["id"] for p in pairs], "leases": [p["lease"] for p in pairs]}
-    return {int(r[0]) for r in _fetch(conn, "complete_many", params)}
+    return complete_many_unchecked(conn, [p["id"] for p in pairs], [p["lease"] for p in pairs])
 
 
 def complete_and_claim(
@@ -318,14 +376,7 @@ def complete_and_claim(
         "worker": _text("worker", worker),
         "lease_timeout": _lease_timeout(lease_timeout),
     }
-    acknowledged: set[int] = set()
-    claimed: list[Job] = []
-    for status, *job in _fetch(conn, "complete_and_claim", params):
-        if status == "done":
-            acknowledged.add(int(job[0]))
-        else:
-            claimed.append(Job(*job))
-    return acknowledged, claimed
+    return complete_and_claim_unchecked(conn, params)
 
 
 def fail(conn: Conn, job_id: int, error: str, lease: int) -> tuple[str, datetime]:
@@ -343,8 +394,7 @@ def heartbeat(conn: Conn, job_id: int, lease: int) -> None:
 def heartbeat_many(conn: Conn, held: Sequence[tuple[int, int]]) -> set[int]:
     """Extend many (id, lease) pairs in one statement; return the ids still held (the rest were lost)."""
     pairs = [_held(job_id, lease) for job_id, lease in held]
-    params = {"ids": [p["id"] for p in pairs], "leases": [p["lease"] for p in pairs]}
-    return {int(r[0]) for r in _fetch(conn, "heartbeat_many", params)}
+    return heartbeat_many_unchecked(conn, [p["id"] for p in pairs], [p["lease"] for p in pairs])
 
 
 def release(conn: Conn, job_id: int, lease: int) -> None:
@@ -371,6 +421,25 @@ def retry_failed(conn: Conn, queue: str | None = None, ids: Sequence[int] | None
         "ids": None if ids is None else [_bigint("ids[]", i) for i in ids],
     }
     return [int(r[0]) for r in _fetch(conn, "retry_failed", params)]
+
+
+def wait(conn: Conn, queue: str, worker: str, up_to: timedelta) -> tuple[bool, datetime | None]:
+    """Register worker as waiting on queue for up_to, so that enqueues committed meanwhile notify its channel.
+
+    Returns (registered, next_run_at).  registered False: a producer of
+    the queue had a transaction in flight (or another worker was
+    registering), nothing was registered; claim again shortly.  True: claim
+    once more before sleeping (jobs committed before the registration were
+    not notified).  next_run_at is the earliest run_at still in the future
+    among the queue's queued jobs (None when none): sleep until then at
+    most.  Run it in a transaction of its own (an autocommit connection):
+    the registration counts from its commit.
+    """
+    if not isinstance(up_to, timedelta):
+        raise InvalidArgument(f"up_to must be a timedelta, got {type(up_to).__name__}")
+    params = {"queue": _text("queue", queue), "worker": _text("worker", worker), "up_to": up_to}
+    registered, next_run_at, _ = wait_unchecked(conn, params)
+    return registered, next_run_at
 
 
 def channel(conn: Conn, queue: str) -> str:

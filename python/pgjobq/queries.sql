@@ -60,6 +60,13 @@ SELECT jobq.channel(%(queue)s)
 -- name: release
 SELECT jobq.release(%(id)s, %(lease)s)
 
+-- name: wait
+-- also how far ahead next_run_at is by the database's clock (the function's
+-- statement_timestamp() is this statement's), so that the worker never
+-- compares the database's time with its own
+SELECT w.registered, w.next_run_at, w.next_run_at - statement_timestamp() AS next_run_in
+  FROM jobq.wait(%(queue)s, %(worker)s, %(up_to)s::interval) AS w
+
 -- name: probe_notify
 -- the worker's LISTEN probe: notifies a channel of its own listening connection
 SELECT pg_notify(%(channel)s, '')
