@@ -22,12 +22,20 @@ run on a pool of that many threads.  The loop:
 - runs ``jobq.reap`` every ``reap_interval``, which recovers the jobs whose
   lease expired, whoever held them (the worker level may reap; a role that
   may not is told so once and leaves reaping to others);
-- with nothing to do, waits on LISTEN for a notification or
-  ``poll_interval``, whichever comes first: a lost notification costs at
-  most one poll interval.  LISTEN is not trusted blindly: after each
+- with nothing to do, registers as waiting (``jobq.wait``: enqueues notify
+  the queue's channel only while a worker waits), claims once more, and
+  sleeps on LISTEN until a notification, ``poll_interval``, or the run_at of
+  the queue's next job in the future, whichever comes first: a lost
+  notification costs at most one poll interval, a job due later starts at
+  its run_at.  When the registration is refused for the moment (a producer
+  of the queue has a transaction in flight), it claims again after a few
+  milliseconds.  After a notification it claims at once, before any other
+  bookkeeping.  LISTEN is not trusted blindly: after each
   (re)connect the worker sends itself a probe notification and, when it does
   not arrive (a transaction-pooling PgBouncer hands LISTEN to a server
-  connection this client never sees again), says so once and only polls;
+  connection this client never sees again), says so once and only polls
+  (and, like a worker with ``listen=False``, does not register: nobody
+  would hear the notifications);
 - on ``stop()`` (SIGTERM/SIGINT under ``run``): claims nothing more, hands
   claimed-but-unstarted jobs back (``jobq.release``), lets the running ones
   finish, acknowledges them, and returns; a second stop gives up the jobs in
@@ -55,7 +63,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -83,6 +91,13 @@ Handler = Callable[[Job], object]
 # notification must arrive within PROBE_TIMEOUT seconds.
 PROBE_CHANNEL_PREFIX = "pgjobq_probe_"
 PROBE_TIMEOUT = 1.5
+
+# When jobq.wait could not register (a producer's transaction was in flight),
+# listen this long before claiming again.
+REGISTER_RETRY = 0.015
+# Wake this long after the next job's run_at, so that its claim, whose clock
+# is the database's, finds it runnable.
+RUN_AT_MARGIN = 0.002
 
 
 def _ignore(notify: psycopg.Notify) -> None:
@@ -235,6 +250,18 @@ class Worker:
         self.handler = handler
         self.settings = settings or WorkerSettings()
         self._lease_timeout = timedelta(seconds=self.settings.lease_timeout)
+        # The hot statements' parameters, checked once (by WorkerSettings) rather than at every claim.
+        self._claim_params: dict[str, Any] = {
+            "queue": self.settings.queue,
+            "n": self.settings.batch,
+            "worker": self.settings.name,
+            "lease_timeout": self._lease_timeout,
+        }
+        self._wait_params: dict[str, Any] = {
+            "queue": self.settings.queue,
+            "worker": self.settings.name,
+            "up_to": timedelta(seconds=self.settings.poll_interval),
+        }
         self.processed = 0
         self.abandoned = 0  # jobs left in hand by a forced stop (a second stop())
         self._stop = threading.Event()
@@ -244,20 +271,24 @@ class Worker:
         self._pool: ThreadPoolExecutor | None = None  # handler threads (concurrency > 1)
         # Jobs in hand.  Handler threads append to _finished (deque appends are
         # thread-safe).  The keeper thread (concurrency 1) shares _backlog,
-        # _current, _unacked, _leased_at, _next_heartbeat and processed: they
-        # change under _lock.  Everything else belongs to the loop's thread.
+        # _current, _ok, _failed, _oldest_unacked, _leased_at, _next_heartbeat,
+        # _keeper_due and processed: they change under _lock.  Everything else
+        # belongs to the loop's thread.
         self._lock = threading.Lock()
         self._keeper_wake = threading.Condition(self._lock)
         self._keeper: threading.Thread | None = None
-        self._keeper_idle = False  # the keeper waits for the next handler to start
+        # When the keeper wakes next (monotonic; inf: when notified).  A handler
+        # start notifies it only when something falls due before that.
+        self._keeper_due = math.inf
         self._closing = False  # tells the keeper to end
         self._backlog: deque[Job] = deque()  # claimed, not started: handed back on stop
         self._current: Job | None = None  # its handler runs on the loop's thread now (concurrency 1)
         self._in_handler = False  # a second signal may interrupt the handler now
         self._running: dict[int, _Running] = {}  # given to a handler thread
         self._finished: deque[tuple[Job, BaseException | None]] = deque()  # handler returned
-        self._unacked: list[tuple[Job, BaseException | None]] = []  # collected, to report
-        self._oldest_unacked = 0.0
+        self._ok: list[Job] = []  # handlers that returned, collected: to acknowledge
+        self._failed: list[tuple[Job, BaseException]] = []  # handlers that raised, collected: to report
+        self._oldest_unacked = 0.0  # when the oldest result in _ok and _failed was collected
         self._next_heartbeat = 0.0
         # when this worker took or last extended each lease it holds (monotonic clock)
         self._leased_at: dict[int, float] = {}
@@ -265,6 +296,7 @@ class Worker:
         self._drained = False  # burst mode: the queue had no runnable job
         self._poll_only = False  # the LISTEN probe failed on this connection: poll until reconnected
         self._may_reap = True  # False once jobq.reap was refused to this role
+        self._may_wait = True  # False once jobq.wait was refused to this role
         self._started = False  # said so, once connected to a database it supports
 
     # -- public API -----------------------------------------------------------
@@ -295,8 +327,8 @@ class Worker:
             pass  # a second signal interrupted a handler: its job is abandoned below
         finally:
             self.abandoned = (
-                len(self._backlog) + len(self._running) + len(self._finished) + len(self._unacked)
-                + (self._current is not None)
+                len(self._backlog) + len(self._running) + len(self._finished) + len(self._ok)
+                + len(self._failed) + (self._current is not None)
             )  # fmt: skip
             if self.abandoned:
                 logger.warning("abandoning %d job(s) in hand; the reaper will recover them", self.abandoned)
@@ -311,7 +343,9 @@ class Worker:
     # -- the loop -------------------------------------------------------------
 
     def _in_hand(self) -> bool:
-        return bool(self._backlog or self._current or self._running or self._finished or self._unacked)
+        return bool(
+            self._backlog or self._current or self._running or self._finished or self._ok or self._failed
+        )
 
     def _work(self) -> None:
         delay = 0.0
@@ -364,31 +398,34 @@ class Worker:
         Successes waiting to be acknowledged go with the claim: one statement,
         one round trip and one commit for both (jobq.complete_and_claim).
         """
-        assert self._conn is not None
-        with self._successes() as successes:
+        conn = self._conn
+        assert conn is not None
+        successes = self._take_successes()
+        try:
             if successes:
-                accepted, jobs = _client.complete_and_claim(
-                    self._conn,
-                    [(job.id, job.lease) for job in successes],
-                    self.settings.queue,
-                    self.settings.batch,
-                    self.settings.name,
-                    lease_timeout=self._lease_timeout,
-                )
+                params = {
+                    **self._claim_params,
+                    "ids": [job.id for job in successes],
+                    "leases": [job.lease for job in successes],
+                }
+                accepted, jobs = _client.complete_and_claim_unchecked(conn, params, prepare=True)
                 self._acknowledged(successes, accepted)
             else:
-                jobs = _client.claim(
-                    self._conn,
-                    self.settings.queue,
-                    self.settings.batch,
-                    self.settings.name,
-                    lease_timeout=self._lease_timeout,
-                )
-        now = time.monotonic()
-        with self._lock:
-            self._leased_at.update((job.id, now) for job in jobs)
-            self._backlog.extend(jobs)
-        self._start_handlers()
+                jobs = _client.claim_unchecked(conn, self._claim_params, prepare=True)
+        except BaseException:
+            self._restore_successes(successes)
+            raise
+        if jobs:
+            now = time.monotonic()
+            with self._lock:
+                if self._backlog or self._running or self._current is not None:
+                    self._leased_at.update((job.id, now) for job in jobs)
+                else:  # nothing else in hand: the lease times of finished jobs can go
+                    self._leased_at = {job.id: now for job in jobs}
+                    # and no lease in hand needs a heartbeat before one interval from now
+                    self._next_heartbeat = max(self._next_heartbeat, now + self.settings.heartbeat_seconds)
+                self._backlog.extend(jobs)
+            self._start_handlers()
         if not jobs and self.settings.burst and not self._in_hand():
             logger.info("queue %s has no runnable job: burst done", self.settings.queue)
             self._drained = True
@@ -413,7 +450,10 @@ class Worker:
         while self._backlog and not self.stopping:
             with self._lock:
                 job = self._current = self._backlog.popleft()
-                if self._keeper_idle:
+                due = self._next_heartbeat
+                if self._ok:
+                    due = min(due, self._oldest_unacked + self.settings.ack_interval)
+                if due < self._keeper_due:  # the keeper would sleep through it: wake it to rearm
                     self._keeper_wake.notify()
             self._in_handler = True
             try:
@@ -442,23 +482,67 @@ class Worker:
     def _wait_for_handlers(self) -> None:
         """Sleep until a handler finishes, a heartbeat or an acknowledgement is due, or a poll interval."""
         deadline = min(self._next_heartbeat, time.monotonic() + self.settings.poll_interval)
-        if self._unacked:
+        if self._ok or self._failed:
             deadline = min(deadline, self._oldest_unacked + self.settings.ack_interval)
         timeout = max(0.0, deadline - time.monotonic())
         wait([r.future for r in self._running.values()], timeout=timeout, return_when=FIRST_COMPLETED)
 
     def _wait_for_work(self) -> None:
-        """Sleep until a notification for our queue arrives, the poll interval passes, or stop().
+        """The claim found nothing: register as waiting, claim once more, then sleep until there is work.
+
+        Sleeps until a notification for our queue arrives (then claims at
+        once), the poll interval passes, the queue's next job in the future
+        is due, or stop().  Without a listening connection (listen=False, or
+        its probe failed) it only sleeps the poll interval: registering
+        would make producers notify for nobody.
+        """
+        deadline = time.monotonic() + self.settings.poll_interval
+        conn, listen = self._conn, self._listen_conn
+        if listen is None or not self._may_wait:
+            self._listen_until(deadline, listen)
+            return
+        assert conn is not None
+        self._acknowledge(now=True)  # nothing in hand is worth holding back while we sleep
+        # Notifications that came while the worker was busy are stale: the claim after registering
+        # finds their jobs.  Left pending, they would end the sleep below at once.
+        for _ in listen.notifies(timeout=0):
+            pass
+        before = time.monotonic()
+        try:
+            registered, _, next_run_in = _client.wait_unchecked(conn, self._wait_params, prepare=True)
+        except PermissionDenied as exc:
+            self._may_wait = False
+            logger.warning(
+                "not registering as waiting: jobq.wait was refused to this worker's role (%s); enqueues "
+                "notify only while another worker waits, so this one mostly polls every %s s",
+                first_line(exc),
+                self.settings.poll_interval,
+            )
+            return
+        if not registered:  # a producer's transaction is in flight: hear its commit, or claim again soon
+            if self._listen_until(time.monotonic() + REGISTER_RETRY, listen):
+                self._claim()
+            return
+        if next_run_in is not None:
+            deadline = min(deadline, before + next_run_in.total_seconds() + RUN_AT_MARGIN)
+        # Registered: jobs committed from now on notify us; those committed before, this claim finds.
+        if self._claim() or self.stopping:
+            return
+        if self._listen_until(deadline, listen):
+            self._claim()  # at once: the bookkeeping of the loop's next step can wait
+
+    def _listen_until(self, deadline: float, listen: psycopg.Connection[Any] | None) -> bool:
+        """Sleep until deadline (monotonic), stop(), or a notification on listen (then True).
 
         The wait is cut in slices of at most 0.1 s so that a stop is noticed promptly.
         """
-        deadline = time.monotonic() + self.settings.poll_interval
         while not self.stopping and (remaining := deadline - time.monotonic()) > 0:
-            if self._listen_conn is None:
+            if listen is None:
                 self._sleep(remaining)
-                return
-            if any(True for _ in self._listen_conn.notifies(timeout=min(0.1, remaining), stop_after=1)):
-                return
+                return False
+            if any(True for _ in listen.notifies(timeout=min(0.1, remaining), stop_after=1)):
+                return True
+        return False
 
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
@@ -474,27 +558,29 @@ class Worker:
 
     def _record(self, job: Job, outcome: BaseException | None) -> None:
         """Add a handler's outcome to the results to report."""
-        if not self._unacked:
+        if not self._ok and not self._failed:
             self._oldest_unacked = time.monotonic()
-        self._unacked.append((job, outcome))
+        if outcome is None:
+            self._ok.append(job)
+        else:
+            self._failed.append((job, outcome))
 
-    @contextlib.contextmanager
-    def _successes(self) -> Iterator[list[Job]]:
-        """Take the successes collected, to acknowledge; they go back if the acknowledgement fails.
+    def _take_successes(self) -> list[Job]:
+        """Take the successes collected, to acknowledge (_restore_successes if that fails).
 
         Taken under the lock, so that the keeper and the loop never send the same one.
         """
         with self._lock:
-            successes = [job for job, error in self._unacked if error is None]
-            self._unacked = [(job, error) for job, error in self._unacked if error is not None]
-        try:
-            yield successes
-        except BaseException:
+            successes, self._ok = self._ok, []
+        return successes
+
+    def _restore_successes(self, successes: list[Job]) -> None:
+        """Put back successes whose acknowledgement failed, to send again."""
+        if successes:
             with self._lock:
-                if not self._unacked:
+                if not self._ok and not self._failed:
                     self._oldest_unacked = time.monotonic()
-                self._unacked.extend((job, None) for job in successes)
-            raise
+                self._ok[:0] = successes
 
     def _acknowledge(self, *, now: bool) -> None:
         """Report the results collected: successes in one statement, failures one by one.
@@ -503,7 +589,7 @@ class Worker:
         statement and one commit acknowledge many jobs.  If the connection
         drops meanwhile, what was not reported is sent after reconnecting.
         """
-        if not self._unacked or not (
+        if not (self._ok or self._failed) or not (
             now or time.monotonic() >= self._oldest_unacked + self.settings.ack_interval
         ):
             return
@@ -514,10 +600,17 @@ class Worker:
         """Acknowledge the successes collected in one jobq.complete_many (loop or keeper thread)."""
         conn = self._conn
         assert conn is not None
-        with self._successes() as successes:
-            if successes:
-                accepted = _client.complete_many(conn, [(job.id, job.lease) for job in successes])
-                self._acknowledged(successes, accepted)
+        successes = self._take_successes()
+        if not successes:
+            return
+        try:
+            accepted = _client.complete_many_unchecked(
+                conn, [job.id for job in successes], [job.lease for job in successes], prepare=True
+            )
+        except BaseException:
+            self._restore_successes(successes)
+            raise
+        self._acknowledged(successes, accepted)
 
     def _acknowledged(self, successes: list[Job], accepted: set[int]) -> None:
         """Log the outcome of acknowledging successes: accepted, or refused as stale."""
@@ -525,22 +618,24 @@ class Worker:
             for job in successes:
                 if job.id in accepted:
                     logger.info("job %d done (attempt %d)", job.id, job.attempts)
-        for job in successes:
-            if job.id not in accepted:
-                logger.warning("job %d: lease %d lost; result discarded", job.id, job.lease)
+        if len(accepted) < len(successes):
+            for job in successes:
+                if job.id not in accepted:
+                    logger.warning("job %d: lease %d lost; result discarded", job.id, job.lease)
         with self._lock:
             self.processed += len(successes)
 
     def _report_failures(self) -> None:
         """Report the failures collected, one jobq.fail each (they are rare; each needs its own row)."""
+        if not self._failed:
+            return
         with self._lock:
-            failures = [(job, error) for job, error in self._unacked if error is not None]
+            failures = list(self._failed)
         for job, error in failures:
-            assert error is not None
             self._report_failure(job, error)
             with self._lock:
                 self.processed += 1
-                self._unacked.remove((job, error))
+                self._failed.remove((job, error))
 
     def _report_failure(self, job: Job, error: BaseException) -> None:
         assert self._conn is not None
@@ -603,7 +698,9 @@ class Worker:
                 unfinished = [job for job in unfinished if now - self._leased_at[job.id] >= interval]
         if not unfinished:
             return
-        held = _client.heartbeat_many(conn, [(job.id, job.lease) for job in unfinished])
+        held = _client.heartbeat_many_unchecked(
+            conn, [job.id for job in unfinished], [job.lease for job in unfinished], prepare=True
+        )
         with self._lock:
             for job_id in held:
                 self._leased_at[job_id] = now
@@ -620,7 +717,10 @@ class Worker:
     def _keep(self) -> None:
         """While a handler runs on the loop's thread, send the acknowledgements and heartbeats that fall due.
 
-        Between handlers the loop sends them itself.  A failed statement (the
+        Between handlers the loop sends them itself.  It sleeps until the next
+        heartbeat, or the next acknowledgement, falls due; a handler start
+        wakes it only when something falls due earlier than that (so a quick
+        handler costs the keeper nothing).  A failed statement (the
         connection is gone: the loop reconnects) leaves its work to the loop.
         """
         while True:
@@ -628,17 +728,20 @@ class Worker:
                 while True:
                     if self._closing:
                         return
-                    if self._current is None:
-                        self._keeper_idle = True
-                        self._keeper_wake.wait()  # until the next handler starts
-                        self._keeper_idle = False
-                        continue
+                    now = time.monotonic()
                     due = self._next_heartbeat
-                    if any(error is None for _, error in self._unacked):
-                        due = min(due, self._oldest_unacked + self.settings.ack_interval)
-                    if time.monotonic() >= due:
-                        break
-                    self._keeper_wake.wait(due - time.monotonic())
+                    if self._current is None:
+                        # between handlers: the loop's; until the next heartbeat at most, or notified
+                        self._keeper_due = due if due > now else math.inf
+                    else:
+                        if self._ok:
+                            due = min(due, self._oldest_unacked + self.settings.ack_interval)
+                        if now >= due:
+                            break
+                        self._keeper_due = due
+                    timeout = None if self._keeper_due == math.inf else self._keeper_due - now
+                    self._keeper_wake.wait(timeout)
+                self._keeper_due = math.inf  # busy: a handler start may notify, unheard and harmless
             conn = self._conn
             failed = "the connection is closed" if conn is None or conn.closed else None
             if failed is None:
