@@ -166,6 +166,39 @@ def test_complete_and_claim_leaves_out_a_stale_lease(db: Db) -> None:
     assert (acknowledged, claimed) == (set(), [])
 
 
+def test_wait_registers_so_that_an_enqueue_notifies_the_queue(db: Db, connect: Connect) -> None:
+    worker = connect()
+    worker.execute("LISTEN jobq_default")
+
+    assert pgjobq.wait(worker, "default", "w", timedelta(minutes=1)) == (True, None)
+    pgjobq.enqueue(db, "default", {})
+
+    assert [n.channel for n in worker.notifies(timeout=5, stop_after=1)] == ["jobq_default"]
+
+
+def test_wait_tells_the_earliest_future_run_at_of_the_queue(db: Db) -> None:
+    soon = datetime.now(timezone.utc) + timedelta(hours=1)
+    pgjobq.enqueue(db, "default", {}, run_at=soon + timedelta(hours=1))
+    pgjobq.enqueue(db, "default", {}, run_at=soon, priority=-5)
+    pgjobq.enqueue(db, "other", {}, run_at=soon - timedelta(minutes=30))
+    pgjobq.enqueue(db, "default", {})  # runnable now: not in the future
+
+    assert pgjobq.wait(db, "default", "w", timedelta(seconds=1)) == (True, soon)
+
+
+def test_wait_is_refused_for_the_moment_while_a_producer_of_the_queue_is_in_flight(
+    db: Db, connect: Connect
+) -> None:
+    producer = connect(autocommit=False)
+    pgjobq.enqueue(producer, "default", {})
+
+    registered, _ = pgjobq.wait(db, "default", "w", timedelta(seconds=1))
+    producer.commit()
+
+    assert registered is False
+    assert pgjobq.wait(db, "default", "w", timedelta(seconds=1))[0] is True
+
+
 def test_purge_deletes_old_finished_jobs_and_returns_how_many(db: Db) -> None:
     pgjobq.enqueue_many(db, "default", [{}, {}])
     for job in pgjobq.claim(db, "default", 2, "w1"):

@@ -190,6 +190,10 @@ CASES: dict[str, Case] = {
     "complete-id-string": local(lambda c, j: pgjobq.complete(c, bad(str(j.running)), 2), "id must be"),
     "heartbeat-lease-none": local(lambda c, j: pgjobq.heartbeat(c, j.running, bad(None)), "lease must be"),
     "fail-error-none": local(lambda c, j: pgjobq.fail(c, j.running, bad(None), 2), "error must be"),
+    "wait-up-to-seconds": local(lambda c, _: pgjobq.wait(c, "default", "w", bad(1.0)), "up_to must be"),
+    "wait-worker-none": local(
+        lambda c, _: pgjobq.wait(c, "default", bad(None), timedelta(seconds=1)), "worker must be"
+    ),
     "reap-zero": local(lambda c, _: pgjobq.reap(c, timedelta(0)), "stale must be"),
     "reap-negative": local(lambda c, _: pgjobq.reap(c, timedelta(seconds=-5)), "stale must be"),
     # values only the database judges
@@ -207,6 +211,10 @@ CASES: dict[str, Case] = {
     ),
     "max-attempts-zero": remote(enqueue({}, max_attempts=0), "max_attempts must be"),
     "claim-n-zero": remote(lambda c, _: pgjobq.claim(c, "default", 0, "w"), "n must be"),
+    "wait-up-to-zero": remote(lambda c, _: pgjobq.wait(c, "default", "w", timedelta(0)), "up_to must be"),
+    "wait-bad-queue": remote(
+        lambda c, _: pgjobq.wait(c, "Bad-Queue", "w", timedelta(seconds=1)), "queue must"
+    ),
     "claim-lease-timeout-zero": remote(
         lambda c, _: pgjobq.claim(c, "default", 1, "w", lease_timeout=timedelta(0)), "lease_timeout must be"
     ),
