@@ -31,9 +31,10 @@ REVOKE ALL ON TABLE jobq._claim_hints FROM PUBLIC;
  *
  * Locks: FOR NO KEY UPDATE SKIP LOCKED on the jobs it picks (at most n, from
  * jobs_claim_idx), which it then updates by primary key; never waits on a
- * lock.  Raises 22004 (NULL argument), 22023 (bad queue name, n outside
- * 1..1000, worker empty or over 200 characters, lease_timeout not positive
- * or over 1 day).
+ * job's lock.  When it claims a job, deletes worker's registration as a
+ * waiter of queue (jobq.wait), if any: that worker is busy.  Raises 22004 (NULL
+ * argument), 22023 (bad queue name, n outside 1..1000, worker empty or over
+ * 200 characters, lease_timeout not positive or over 1 day).
  *
  * Forward mode, for a bloated claim index.  Every claimed job leaves a dead
  * entry at the start of jobs_claim_idx until vacuum clears it, and a
@@ -67,7 +68,15 @@ DECLARE
     walked        bigint;
     forward_until timestamptz;  -- forward mode lasts until then; NULL: the last scan was from the start
 BEGIN
-    PERFORM jobq._check_queue(claim.queue);
+    IF claim.queue IS NULL THEN
+        RAISE EXCEPTION 'queue must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF claim.queue !~ '^[a-z0-9_]{1,58}$' THEN
+        RAISE EXCEPTION 'queue must be 1 to 58 characters of a-z, 0-9 and _, got %',
+                        quote_literal(left(claim.queue, 80))
+            USING ERRCODE = '22023',
+                  HINT = 'Queue names become notification channels jobq_<queue>.';
+    END IF;
     IF claim.n IS NULL THEN
         RAISE EXCEPTION 'n must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -98,13 +107,13 @@ BEGIN
         picked := ARRAY(
             SELECT p.id
               FROM jobq.jobs AS p
-             WHERE p.queue = claim.queue
+             WHERE p.queue = (SELECT claim.queue)
                AND p.status = 'queued'
                AND p.priority = hint.priority
                AND (p.run_at, p.id) > (hint.run_at, hint.id)
                AND p.run_at <= statement_timestamp()
              ORDER BY p.priority DESC, p.run_at, p.id
-             LIMIT claim.n
+             LIMIT (SELECT claim.n)
                FOR NO KEY UPDATE SKIP LOCKED);
     END IF;
     IF cardinality(picked) IS DISTINCT FROM claim.n THEN
@@ -114,11 +123,11 @@ BEGIN
         picked := ARRAY(
             SELECT p.id
               FROM jobq.jobs AS p
-             WHERE p.queue = claim.queue
+             WHERE p.queue = (SELECT claim.queue)
                AND p.status = 'queued'
                AND p.run_at <= statement_timestamp()
              ORDER BY p.priority DESC, p.run_at, p.id
-             LIMIT claim.n
+             LIMIT (SELECT claim.n)
                FOR NO KEY UPDATE SKIP LOCKED);
     END IF;
 
@@ -140,6 +149,13 @@ BEGIN
         END IF;
     END IF;
 
+    -- a worker that got jobs is busy, no longer waiting (30_notify.sql):
+    -- enqueues stop notifying for it until it waits again.  One that got
+    -- none stays registered: it is about to sleep.
+    IF cardinality(picked) > 0 THEN
+        DELETE FROM jobq._waiters AS w WHERE w.queue = claim.queue AND w.worker = claim.worker;
+    END IF;
+
     RETURN QUERY
     WITH claimed AS (
         UPDATE jobq.jobs AS j
@@ -149,7 +165,7 @@ BEGIN
                lease_expires_at = statement_timestamp() + claim.lease_timeout,
                attempts         = j.attempts + 1,
                lease            = j.lease + 1
-         WHERE j.id = ANY (picked)
+         WHERE j.id = ANY ((SELECT picked)::bigint[])
         RETURNING j.*
     )
     SELECT c.* FROM claimed AS c ORDER BY c.priority DESC, c.run_at, c.id;

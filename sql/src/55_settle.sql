@@ -26,8 +26,8 @@ BEGIN
     RETURN QUERY
     UPDATE jobq.jobs AS j
        SET status = 'done', finished_at = statement_timestamp()
-      FROM unnest(_acknowledge.ids, _acknowledge.leases) AS a(id, lease)
-     WHERE j.id = ANY (_acknowledge.ids)
+      FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
+     WHERE j.id = ANY ((SELECT _acknowledge.ids)::bigint[])
        AND j.id = a.id AND j.lease = a.lease
        -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
        -- by primary key, the cost stays flat while dead entries pile up there
@@ -67,7 +67,9 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM jobq._check_lease(complete.id, complete.lease);
+    IF complete.id IS NULL OR complete.lease IS NULL THEN
+        PERFORM jobq._check_lease(complete.id, complete.lease);  -- raises, naming the NULL
+    END IF;
     UPDATE jobq.jobs AS j
        SET status = 'done', finished_at = statement_timestamp()
      WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'running';
@@ -103,7 +105,12 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM jobq._check_pairs(complete_many.ids, complete_many.leases);
+    IF complete_many.ids IS NULL OR complete_many.leases IS NULL
+       OR array_ndims(complete_many.ids) > 1 OR array_ndims(complete_many.leases) > 1
+       OR cardinality(complete_many.ids) <> cardinality(complete_many.leases)
+       OR array_position(complete_many.ids, NULL) IS NOT NULL OR array_position(complete_many.leases, NULL) IS NOT NULL THEN
+        PERFORM jobq._check_pairs(complete_many.ids, complete_many.leases);  -- raises, naming the fault
+    END IF;
     RETURN QUERY
     SELECT a.id FROM jobq._acknowledge(complete_many.ids, complete_many.leases) AS a ORDER BY a.id;
 END
@@ -136,7 +143,12 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM jobq._check_pairs(complete_and_claim.ids, complete_and_claim.leases);
+    IF complete_and_claim.ids IS NULL OR complete_and_claim.leases IS NULL
+       OR array_ndims(complete_and_claim.ids) > 1 OR array_ndims(complete_and_claim.leases) > 1
+       OR cardinality(complete_and_claim.ids) <> cardinality(complete_and_claim.leases)
+       OR array_position(complete_and_claim.ids, NULL) IS NOT NULL OR array_position(complete_and_claim.leases, NULL) IS NOT NULL THEN
+        PERFORM jobq._check_pairs(complete_and_claim.ids, complete_and_claim.leases);  -- raises, naming the fault
+    END IF;
     IF cardinality(complete_and_claim.ids) > 0 THEN
         -- should jobq.claim below refuse its arguments, the error undoes these
         -- acknowledgements with the rest of the statement
@@ -172,7 +184,9 @@ AS $$
 DECLARE
     failed_job jobq.jobs;
 BEGIN
-    PERFORM jobq._check_lease(fail.id, fail.lease);
+    IF fail.id IS NULL OR fail.lease IS NULL THEN
+        PERFORM jobq._check_lease(fail.id, fail.lease);  -- raises, naming the NULL
+    END IF;
     IF fail.error IS NULL THEN
         RAISE EXCEPTION 'error must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -213,7 +227,9 @@ AS $$
 DECLARE
     new_locked_at timestamptz;
 BEGIN
-    PERFORM jobq._check_lease(heartbeat.id, heartbeat.lease);
+    IF heartbeat.id IS NULL OR heartbeat.lease IS NULL THEN
+        PERFORM jobq._check_lease(heartbeat.id, heartbeat.lease);  -- raises, naming the NULL
+    END IF;
     UPDATE jobq.jobs AS j
        SET locked_at        = statement_timestamp(),
            lease_expires_at = statement_timestamp() + (j.lease_expires_at - j.locked_at)
@@ -247,7 +263,12 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM jobq._check_pairs(heartbeat_many.ids, heartbeat_many.leases);
+    IF heartbeat_many.ids IS NULL OR heartbeat_many.leases IS NULL
+       OR array_ndims(heartbeat_many.ids) > 1 OR array_ndims(heartbeat_many.leases) > 1
+       OR cardinality(heartbeat_many.ids) <> cardinality(heartbeat_many.leases)
+       OR array_position(heartbeat_many.ids, NULL) IS NOT NULL OR array_position(heartbeat_many.leases, NULL) IS NOT NULL THEN
+        PERFORM jobq._check_pairs(heartbeat_many.ids, heartbeat_many.leases);  -- raises, naming the fault
+    END IF;
     RETURN QUERY
     WITH extended AS (
         UPDATE jobq.jobs AS j
@@ -282,7 +303,9 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    PERFORM jobq._check_lease(release.id, release.lease);
+    IF release.id IS NULL OR release.lease IS NULL THEN
+        PERFORM jobq._check_lease(release.id, release.lease);  -- raises, naming the NULL
+    END IF;
     UPDATE jobq.jobs AS j
        SET status = 'queued', attempts = j.attempts - 1
      WHERE j.id = release.id AND j.lease = release.lease AND j.status = 'running';

@@ -6,8 +6,8 @@
 --
 -- - producer: jobq.enqueue, jobq.enqueue_many;
 -- - worker:   jobq.claim, complete, complete_many, complete_and_claim, fail,
---             heartbeat, heartbeat_many, release, and reap (it recovers
---             only jobs whose lease expired);
+--             heartbeat, heartbeat_many, release, wait, and reap (it
+--             recovers only jobs whose lease expired);
 -- - admin:    both, and jobq.retry_failed, purge, stats, the jobq.health
 --             view, SELECT, INSERT, UPDATE, DELETE on jobq.jobs (USAGE on
 --             its sequence) and the internal helpers those need;
@@ -43,6 +43,7 @@ BEGIN
                 'jobq.heartbeat_many(bigint[], bigint[])',
                 'jobq.release(bigint, bigint)',
                 'jobq.reap(interval)',
+                'jobq.wait(text, text, interval)',
                 'jobq.channel(text)',
                 'jobq.version()',
                 'jobq._check_queue(text)']::regprocedure[];

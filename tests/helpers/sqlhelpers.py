@@ -5,6 +5,7 @@ Db is the type of the ``db`` fixture (rows as dicts), Connect that of the ``conn
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeAlias
@@ -171,12 +172,17 @@ MARKER_CHANNEL = "pgjobq_test_marker"
 def listen_to_queues(conn: psycopg.Connection[Any], queues: Iterable[str]) -> None:
     """LISTEN, on an autocommit connection, on jobq_<queue> for every queue, and on the marker channel.
 
-    The names need not be valid queue names: a channel is any identifier, so a test can listen where a
-    bad name would have notified.
+    The listener also waits on every valid queue name (jobq.wait, for an hour), as an idle worker
+    does, so that enqueues notify it.  The names need not be valid queue names: a channel is any
+    identifier, so a test can listen where a bad name would have notified.
     """
     assert conn.autocommit, "LISTEN takes effect at commit: use an autocommit connection"
     for channel in [MARKER_CHANNEL, *(f"jobq_{queue}" for queue in queues)]:
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    for queue in queues:
+        if re.fullmatch(r"[a-z0-9_]{1,58}", queue):
+            registered = conn.execute("SELECT registered FROM jobq.wait(%s, 'listener', '1 hour')", (queue,))
+            assert registered.fetchone() == (True,), "no producer may be in flight while a listener registers"
 
 
 def notifications_before_marker(

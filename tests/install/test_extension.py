@@ -90,7 +90,8 @@ def test_every_object_of_the_extension_has_a_comment(db: Db) -> None:
         "sequence jobq.jobs_id_seq",
         "index jobq.jobs_claim_idx",
         "index jobq.jobs_reap_idx",
-        "trigger jobs_notify_trg on table jobq.jobs",
+        "table jobq._waiters",
+        "function jobq.wait(text,text,interval)",
         "function jobq.claim(text,integer,text,interval)",
         "table jobq._claim_hints",
     } <= objects

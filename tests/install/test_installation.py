@@ -256,10 +256,14 @@ def test_roles_given_a_level_before_the_upgrade_keep_it_with_the_new_functions(
                 ([claimed["id"]], [claimed["lease"]]),
             ).fetchall()
             worker_sees = scalar(conn, "SELECT jobq.version()")
+            registered = scalar(conn, "SELECT registered FROM jobq.wait('emails', 'w1', '1 second')")
 
     assert (claimed["id"], claimed["length"]) == (job_id, timedelta(minutes=5))
     assert (reaped, done) == ([], [{"id": job_id}])
     assert producer_sees == worker_sees == latest_version(db)
+    assert registered is True  # 0.5.0's jobq.wait, granted to the worker by the upgrade
     # granted by an upgrade not run by a superuser: a dump would leave these grants out, and says so
-    (warning,) = [message for message in warnings if "granted" in message]
-    assert producer in warning and worker in warning
+    # (the step to 0.4.0 for both roles, the step to 0.5.0 for the worker's jobq.wait)
+    to_040, to_050 = [message for message in warnings if "granted" in message]
+    assert producer in to_040 and worker in to_040
+    assert worker in to_050 and producer not in to_050 and "jobq.wait" in to_050

@@ -416,6 +416,23 @@ CLAIM_CASES = [
     ),
 ]
 
+WAIT_CASES = [
+    case("wait-null-queue", "SELECT * FROM jobq.wait(NULL, 'w1', '1 s')", "22004", "queue"),
+    case("wait-bad-queue", "SELECT * FROM jobq.wait('Default', 'w1', '1 s')", "22023", "queue"),
+    case("wait-null-worker", "SELECT * FROM jobq.wait('default', NULL, '1 s')", "22004", "worker"),
+    case("wait-empty-worker", "SELECT * FROM jobq.wait('default', '', '1 s')", "22023", "worker"),
+    case(
+        "wait-201-character-worker",
+        "SELECT * FROM jobq.wait('default', %s, '1 s')",
+        "22023",
+        "worker",
+        "w" * 201,
+    ),
+    case("wait-null-up-to", "SELECT * FROM jobq.wait('default', 'w1', NULL)", "22004", "up_to"),
+    case("wait-zero-up-to", "SELECT * FROM jobq.wait('default', 'w1', '0 s')", "22023", "up_to"),
+    case("wait-up-to-over-a-day", "SELECT * FROM jobq.wait('default', 'w1', '1 day 1 s')", "22023", "up_to"),
+]
+
 # complete, heartbeat, release and fail take (id, lease) and refuse alike.
 LEASE_CALLS = {
     "complete": "SELECT jobq.complete(%s, %s)",
@@ -579,6 +596,7 @@ CASES = [
     *ENQUEUE_CASES,
     *ENQUEUE_MANY_CASES,
     *CLAIM_CASES,
+    *WAIT_CASES,
     *LEASE_CASES,
     *COMPLETE_MANY_CASES,
     *OPERATING_CASES,
