@@ -520,14 +520,14 @@ class Worker:
                 self.settings.poll_interval,
             )
             return
-        if not registered:  # a producer's transaction is in flight: hear its commit, or claim again soon
+        if not registered:  # a producer is in flight: claim again soon (or when another waiter is notified)
             if self._listen_until(time.monotonic() + REGISTER_RETRY, listen):
                 self._claim()
             return
         if next_run_in is not None:
             deadline = min(deadline, before + next_run_in.total_seconds() + RUN_AT_MARGIN)
         # Registered: jobs committed from now on notify us; those committed before, this claim finds.
-        if self._claim() or self.stopping:
+        if self.stopping or self._claim():
             return
         if self._listen_until(deadline, listen):
             # At once, before the loop's bookkeeping.  (On the work connection: claiming on the
