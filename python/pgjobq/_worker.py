@@ -53,10 +53,12 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import logging
 import math
 import os
 import random
+import re
 import signal
 import socket
 import threading
@@ -72,6 +74,7 @@ from typing import Any, TypeGuard
 
 import psycopg
 from psycopg import sql
+from psycopg.types.json import set_json_loads
 
 from pgjobq import _client
 from pgjobq._errors import ConfigurationError, JobNotFound, LeaseLost, PermissionDenied, first_line
@@ -98,6 +101,30 @@ REGISTER_RETRY = 0.015
 # Wake this long after the next job's run_at, so that its claim, whose clock
 # is the database's, finds it runnable.
 RUN_AT_MARGIN = 0.002
+
+
+try:  # optional: parses the worker's payloads in a tenth of json's time
+    import orjson
+except ImportError:  # json then
+    orjson = None  # type: ignore[assignment]
+
+_LONG_NUMBER = re.compile(rb"[0-9][0-9.]{17}").search
+
+
+def _json_loads(data: str | bytes) -> Any:
+    """A payload as json.loads reads it, by orjson (when installed) where it reads the same.
+
+    orjson reads an integer beyond 64 bits as a float, where json keeps it
+    exact.  jsonb prints every number in full (1e300 as 301 digits), so a
+    payload with a run of 18 or more digits and dots goes to json.  A
+    module-level function, not a closure: psycopg caches its loaders by it.
+    """
+    if isinstance(data, bytes) and _LONG_NUMBER(data) is None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
 
 
 def _ignore(notify: psycopg.Notify) -> None:
@@ -860,6 +887,8 @@ class Worker:
         conn = psycopg.connect(self.conninfo, autocommit=True, application_name=self._app_name(role))
         if not self.settings.prepared_statements:
             conn.prepare_threshold = None
+        if orjson is not None:
+            set_json_loads(_json_loads, conn)
         return conn
 
     def _disconnect(self) -> None:

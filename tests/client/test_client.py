@@ -304,3 +304,25 @@ def test_handler_raising_system_exit_fails_its_job_not_the_worker(db: Db, dsn: s
         {"payload": {"exit": True}, "status": "failed", "last_error": "SystemExit: 3"},
         {"payload": {"exit": False}, "status": "done", "last_error": None},
     ]
+
+
+def test_worker_hands_its_handler_each_payload_as_json_reads_it_back(db: Db, dsn: str) -> None:
+    payloads: list[dict[str, Any]] = [
+        {"beyond_64_bits": 2**70, "negative": -(2**63) - 1},  # orjson, when installed, refuses these
+        {"float": 0.1, "tiny": 5e-324, "exponent": 1.5e300, "integral_float": 2.0},
+        {"long_decimal": 123456789.12345678, "int64": 2**63 - 1, "digits_in_text": "1234567890123456789"},
+        {"text": "Grüße, 日本, \U0001f600", "escapes": 'quote " backslash \\ tab \t'},
+        {"nested": {"list": [1, [2, [3, {}]], None, True, False], "empty": []}},
+        {},
+    ]
+    for payload in payloads:
+        pgjobq.enqueue(db, "default", payload)
+    received: list[dict[str, Any]] = []
+
+    worker = Worker(dsn, lambda job: received.append(job.payload), WorkerSettings(burst=True, batch=10))
+    run_in_thread(worker).join(30)
+
+    # what jsonb stores, read back by the json module, whatever parser the worker uses
+    stored = [row["payload"] for row in db.execute("SELECT payload FROM jobq.jobs ORDER BY id").fetchall()]
+    assert received == stored
+    assert received[0] == payloads[0] and received[3:5] == payloads[3:5]
