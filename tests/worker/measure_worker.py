@@ -4,6 +4,7 @@
     .venv/bin/python tests/worker/measure_worker.py throughput --batch 50 --jobs 50000
     .venv/bin/python tests/worker/measure_worker.py throughput --batch 50 --profile   # cProfile, top 25
     .venv/bin/python tests/worker/measure_worker.py latency --jobs 200
+    .venv/bin/python tests/worker/measure_worker.py scheduled --jobs 40
 
 Each run starts a throwaway PostgreSQL (durable commits, as the benchmark's) and removes it after.
 
@@ -15,6 +16,9 @@ line is one run, the last the median.
 latency: an idle Worker in a child process (poll interval 1 s, as the benchmark's); --jobs jobs
 enqueued one at a time, 5 to 25 ms apart; the time from each enqueue's commit returning to its
 handler starting (perf_counter, one clock for both processes), p50 and p99.
+
+scheduled: an idle Worker on a thread (poll interval 1 s); --jobs jobs enqueued 50 to 300 ms
+apart, each with run_at 0.1 to 0.9 s ahead; how long after its run_at each started.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import statistics
 import sys
 import threading
 import time
+from datetime import datetime, timedelta, timezone
 from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any
@@ -136,11 +141,37 @@ def latency(dsn: str, jobs: int, version: str) -> list[float]:
     return [(seen[i] - committed[i]) * 1000 for i in committed if i in seen]
 
 
+def scheduled(dsn: str, jobs: int) -> list[float]:
+    backlog(dsn, 0)
+    started: dict[int, datetime] = {}
+
+    def handler(job: pgjobq.Job) -> None:
+        started[job.payload["i"]] = datetime.now(timezone.utc)
+
+    worker = pgjobq.Worker(dsn, handler, pgjobq.WorkerSettings(poll_interval=1.0, name="scheduled"))
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    rng = random.Random(1)
+    due: dict[int, datetime] = {}
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            time.sleep(2)  # connected and idle
+            for i in range(jobs):
+                due[i] = datetime.now(timezone.utc) + timedelta(seconds=rng.uniform(0.1, 0.9))
+                pgjobq.enqueue(conn, "default", {"i": i}, run_at=due[i])
+                time.sleep(rng.uniform(0.05, 0.3))
+            time.sleep(2)
+    finally:
+        worker.stop()
+        thread.join(30)
+    return [(started[i] - due[i]).total_seconds() * 1000 for i in due if i in started]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("mode", choices=["throughput", "latency"])
+    parser.add_argument("mode", choices=["throughput", "latency", "scheduled"])
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=3)
@@ -173,6 +204,13 @@ def main() -> None:
                 f"median    batch {args.batch:>4}  {statistics.median(rates):9.0f} jobs/s  "
                 f"client {statistics.median(cpus):7.1f} us/job"
             )
+        elif args.mode == "scheduled":
+            for _ in range(args.repeats):
+                late = scheduled(dsn, args.jobs or 40)
+                print(
+                    f"scheduled  {len(late)} jobs  start - run_at: min {min(late):.1f} ms  "
+                    f"p50 {statistics.median(late):.1f} ms  max {max(late):.1f} ms"
+                )
         else:
             for _ in range(args.repeats):
                 samples = latency(dsn, args.jobs or 200, str(installed))
