@@ -67,6 +67,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- a hot path: the check inline, the helper called only to raise
     IF complete.id IS NULL OR complete.lease IS NULL THEN
         PERFORM jobq._check_lease(complete.id, complete.lease);  -- raises, naming the NULL
     END IF;
@@ -105,12 +106,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF complete_many.ids IS NULL OR complete_many.leases IS NULL
-       OR array_ndims(complete_many.ids) > 1 OR array_ndims(complete_many.leases) > 1
-       OR cardinality(complete_many.ids) <> cardinality(complete_many.leases)
-       OR array_position(complete_many.ids, NULL) IS NOT NULL OR array_position(complete_many.leases, NULL) IS NOT NULL THEN
-        PERFORM jobq._check_pairs(complete_many.ids, complete_many.leases);  -- raises, naming the fault
-    END IF;
+    PERFORM jobq._check_pairs(complete_many.ids, complete_many.leases);
     RETURN QUERY
     SELECT a.id FROM jobq._acknowledge(complete_many.ids, complete_many.leases) AS a ORDER BY a.id;
 END
@@ -143,6 +139,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- the worker's hot path: the checks inline, the helper called only to raise
     IF complete_and_claim.ids IS NULL OR complete_and_claim.leases IS NULL
        OR array_ndims(complete_and_claim.ids) > 1 OR array_ndims(complete_and_claim.leases) > 1
        OR cardinality(complete_and_claim.ids) <> cardinality(complete_and_claim.leases)
@@ -184,9 +181,7 @@ AS $$
 DECLARE
     failed_job jobq.jobs;
 BEGIN
-    IF fail.id IS NULL OR fail.lease IS NULL THEN
-        PERFORM jobq._check_lease(fail.id, fail.lease);  -- raises, naming the NULL
-    END IF;
+    PERFORM jobq._check_lease(fail.id, fail.lease);
     IF fail.error IS NULL THEN
         RAISE EXCEPTION 'error must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -227,9 +222,7 @@ AS $$
 DECLARE
     new_locked_at timestamptz;
 BEGIN
-    IF heartbeat.id IS NULL OR heartbeat.lease IS NULL THEN
-        PERFORM jobq._check_lease(heartbeat.id, heartbeat.lease);  -- raises, naming the NULL
-    END IF;
+    PERFORM jobq._check_lease(heartbeat.id, heartbeat.lease);
     UPDATE jobq.jobs AS j
        SET locked_at        = statement_timestamp(),
            lease_expires_at = statement_timestamp() + (j.lease_expires_at - j.locked_at)
@@ -263,12 +256,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF heartbeat_many.ids IS NULL OR heartbeat_many.leases IS NULL
-       OR array_ndims(heartbeat_many.ids) > 1 OR array_ndims(heartbeat_many.leases) > 1
-       OR cardinality(heartbeat_many.ids) <> cardinality(heartbeat_many.leases)
-       OR array_position(heartbeat_many.ids, NULL) IS NOT NULL OR array_position(heartbeat_many.leases, NULL) IS NOT NULL THEN
-        PERFORM jobq._check_pairs(heartbeat_many.ids, heartbeat_many.leases);  -- raises, naming the fault
-    END IF;
+    PERFORM jobq._check_pairs(heartbeat_many.ids, heartbeat_many.leases);
     RETURN QUERY
     WITH extended AS (
         UPDATE jobq.jobs AS j
@@ -303,9 +291,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF release.id IS NULL OR release.lease IS NULL THEN
-        PERFORM jobq._check_lease(release.id, release.lease);  -- raises, naming the NULL
-    END IF;
+    PERFORM jobq._check_lease(release.id, release.lease);
     UPDATE jobq.jobs AS j
        SET status = 'queued', attempts = j.attempts - 1
      WHERE j.id = release.id AND j.lease = release.lease AND j.status = 'running';

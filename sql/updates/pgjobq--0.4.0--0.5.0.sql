@@ -474,6 +474,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- a hot path: the check inline, the helper called only to raise
     IF complete.id IS NULL OR complete.lease IS NULL THEN
         PERFORM jobq._check_lease(complete.id, complete.lease);  -- raises, naming the NULL
     END IF;
@@ -494,27 +495,6 @@ $$;
 COMMENT ON FUNCTION jobq.complete(bigint, bigint) IS
     'Mark a running job done. Refuses a lease that is not current with SQLSTATE JQ001 (JQ002: no such job); repeating a successful call is harmless.';
 
-CREATE OR REPLACE FUNCTION jobq.complete_many(ids bigint[], leases bigint[])
-RETURNS SETOF bigint
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 50
--- SECURITY DEFINER: workers acknowledge without privileges on jobq.jobs.
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF complete_many.ids IS NULL OR complete_many.leases IS NULL
-       OR array_ndims(complete_many.ids) > 1 OR array_ndims(complete_many.leases) > 1
-       OR cardinality(complete_many.ids) <> cardinality(complete_many.leases)
-       OR array_position(complete_many.ids, NULL) IS NOT NULL OR array_position(complete_many.leases, NULL) IS NOT NULL THEN
-        PERFORM jobq._check_pairs(complete_many.ids, complete_many.leases);  -- raises, naming the fault
-    END IF;
-    RETURN QUERY
-    SELECT a.id FROM jobq._acknowledge(complete_many.ids, complete_many.leases) AS a ORDER BY a.id;
-END
-$$;
-COMMENT ON FUNCTION jobq.complete_many(bigint[], bigint[]) IS
-    'Mark many running jobs done in one statement; returns the ids acknowledged. Pairs with a stale lease or unknown id are left out of the result.';
-
 CREATE OR REPLACE FUNCTION jobq.complete_and_claim(ids bigint[], leases bigint[], queue text, n integer, worker text,
                                         lease_timeout interval DEFAULT '60 seconds')
 RETURNS SETOF jobq.jobs
@@ -525,6 +505,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+    -- the worker's hot path: the checks inline, the helper called only to raise
     IF complete_and_claim.ids IS NULL OR complete_and_claim.leases IS NULL
        OR array_ndims(complete_and_claim.ids) > 1 OR array_ndims(complete_and_claim.leases) > 1
        OR cardinality(complete_and_claim.ids) <> cardinality(complete_and_claim.leases)
@@ -545,123 +526,6 @@ END
 $$;
 COMMENT ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval) IS
     'Acknowledge finished jobs (returned with status done) and claim up to n more (returned running, under leases of lease_timeout), in one statement.';
-
-CREATE OR REPLACE FUNCTION jobq.fail(id bigint, error text, lease bigint)
-RETURNS jobq.jobs
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
--- SECURITY DEFINER: workers settle jobs without UPDATE on jobq.jobs; the lease
--- decides which rows they may change.
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    failed_job jobq.jobs;
-BEGIN
-    IF fail.id IS NULL OR fail.lease IS NULL THEN
-        PERFORM jobq._check_lease(fail.id, fail.lease);  -- raises, naming the NULL
-    END IF;
-    IF fail.error IS NULL THEN
-        RAISE EXCEPTION 'error must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    UPDATE jobq.jobs AS j
-       SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
-           run_at      = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
-                              ELSE statement_timestamp() + jobq._backoff(j.attempts) END,
-           finished_at = CASE WHEN j.attempts >= j.max_attempts THEN statement_timestamp() END,
-           last_error  = left(fail.error, 2000)
-     WHERE j.id = fail.id AND j.lease = fail.lease AND j.status = 'running'
-    RETURNING j.* INTO failed_job;
-    IF NOT FOUND THEN
-        PERFORM jobq._raise_not_held(fail.id, fail.lease);
-    END IF;
-    RETURN failed_job;
-END
-$$;
-COMMENT ON FUNCTION jobq.fail(bigint, text, bigint) IS
-    'Record a failure of a running job: back to queued after 2^attempts s (at most 300 s), or failed at max_attempts. Refuses a stale lease with JQ001.';
-
-CREATE OR REPLACE FUNCTION jobq.heartbeat(id bigint, lease bigint)
-RETURNS timestamptz
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
--- SECURITY DEFINER: workers extend leases without UPDATE on jobq.jobs; the lease
--- decides which rows they may change.
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    new_locked_at timestamptz;
-BEGIN
-    IF heartbeat.id IS NULL OR heartbeat.lease IS NULL THEN
-        PERFORM jobq._check_lease(heartbeat.id, heartbeat.lease);  -- raises, naming the NULL
-    END IF;
-    UPDATE jobq.jobs AS j
-       SET locked_at        = statement_timestamp(),
-           lease_expires_at = statement_timestamp() + (j.lease_expires_at - j.locked_at)
-     WHERE j.id = heartbeat.id AND j.lease = heartbeat.lease AND j.status = 'running'
-    RETURNING j.locked_at INTO new_locked_at;
-    IF NOT FOUND THEN
-        PERFORM jobq._raise_not_held(heartbeat.id, heartbeat.lease);
-    END IF;
-    RETURN new_locked_at;
-END
-$$;
-COMMENT ON FUNCTION jobq.heartbeat(bigint, bigint) IS
-    'Extend the lease of a running job by its own length (locked_at = now) so jobq.reap leaves it alone; returns the new locked_at. Refuses a stale lease with JQ001.';
-
-CREATE OR REPLACE FUNCTION jobq.heartbeat_many(ids bigint[], leases bigint[])
-RETURNS SETOF bigint
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 20
--- SECURITY DEFINER: like heartbeat, for workers without privileges on
--- jobq.jobs.
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF heartbeat_many.ids IS NULL OR heartbeat_many.leases IS NULL
-       OR array_ndims(heartbeat_many.ids) > 1 OR array_ndims(heartbeat_many.leases) > 1
-       OR cardinality(heartbeat_many.ids) <> cardinality(heartbeat_many.leases)
-       OR array_position(heartbeat_many.ids, NULL) IS NOT NULL OR array_position(heartbeat_many.leases, NULL) IS NOT NULL THEN
-        PERFORM jobq._check_pairs(heartbeat_many.ids, heartbeat_many.leases);  -- raises, naming the fault
-    END IF;
-    RETURN QUERY
-    WITH extended AS (
-        UPDATE jobq.jobs AS j
-           SET locked_at        = statement_timestamp(),
-               lease_expires_at = statement_timestamp() + (j.lease_expires_at - j.locked_at)
-          FROM unnest(heartbeat_many.ids, heartbeat_many.leases) AS a(id, lease)
-         WHERE j.id = ANY (heartbeat_many.ids)
-           AND j.id = a.id AND j.lease = a.lease
-           AND (j.status = 'running') IS TRUE  -- by primary key, as in jobq._acknowledge
-        RETURNING j.id
-    )
-    SELECT e.id FROM extended AS e ORDER BY e.id;
-END
-$$;
-COMMENT ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) IS
-    'Extend the leases of many running jobs by their own lengths in one statement; returns the ids extended. Stale pairs are left out.';
-
-CREATE OR REPLACE FUNCTION jobq.release(id bigint, lease bigint)
-RETURNS void
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
--- SECURITY DEFINER: workers hand jobs back without UPDATE on jobq.jobs; the lease
--- decides which rows they may change.
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF release.id IS NULL OR release.lease IS NULL THEN
-        PERFORM jobq._check_lease(release.id, release.lease);  -- raises, naming the NULL
-    END IF;
-    UPDATE jobq.jobs AS j
-       SET status = 'queued', attempts = j.attempts - 1
-     WHERE j.id = release.id AND j.lease = release.lease AND j.status = 'running';
-    IF NOT FOUND THEN
-        PERFORM jobq._raise_not_held(release.id, release.lease);
-    END IF;
-END
-$$;
-COMMENT ON FUNCTION jobq.release(bigint, bigint) IS
-    'Hand a claimed, unstarted job back to the queue without counting the attempt. Refuses a stale lease with JQ001.';
 
 ----------------------------------------------------------------------------
 -- Access levels: the worker level gains wait.
