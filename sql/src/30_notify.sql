@@ -26,8 +26,7 @@
 
 /*
  * jobq.channel(queue): the notification channel for queue, 'jobq_' || queue.
- * Raises 22004 for a NULL queue, 22023 for a name that is not 1 to 58
- * characters of a-z, 0-9 and _.
+ * Raises like jobq._check_queue.
  */
 CREATE FUNCTION jobq.channel(queue text)
 RETURNS text
@@ -35,15 +34,7 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF channel.queue IS NULL THEN
-        RAISE EXCEPTION 'queue must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF channel.queue !~ '^[a-z0-9_]{1,58}$' THEN
-        RAISE EXCEPTION 'queue must be 1 to 58 characters of a-z, 0-9 and _, got %',
-                        quote_literal(left(channel.queue, 80))
-            USING ERRCODE = '22023',
-                  HINT = 'Queue names become notification channels jobq_<queue>.';
-    END IF;
+    PERFORM jobq._check_queue(channel.queue);
     RETURN 'jobq_' || channel.queue;
 END
 $$;
@@ -96,15 +87,7 @@ AS $$
 DECLARE
     level integer;  -- a priority of the queue's queued jobs, highest first
 BEGIN
-    IF wait.queue IS NULL THEN
-        RAISE EXCEPTION 'queue must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF wait.queue !~ '^[a-z0-9_]{1,58}$' THEN
-        RAISE EXCEPTION 'queue must be 1 to 58 characters of a-z, 0-9 and _, got %',
-                        quote_literal(left(wait.queue, 80))
-            USING ERRCODE = '22023',
-                  HINT = 'Queue names become notification channels jobq_<queue>.';
-    END IF;
+    PERFORM jobq._check_queue(wait.queue);
     IF wait.worker IS NULL THEN
         RAISE EXCEPTION 'worker must not be NULL' USING ERRCODE = '22004';
     END IF;

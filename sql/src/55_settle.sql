@@ -26,6 +26,8 @@ BEGIN
     RETURN QUERY
     UPDATE jobq.jobs AS j
        SET status = 'done', finished_at = statement_timestamp()
+      -- the arrays through sub-selects, so that the plan cache keeps one
+      -- generic plan (see jobq.claim)
       FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
      WHERE j.id = ANY ((SELECT _acknowledge.ids)::bigint[])
        AND j.id = a.id AND j.lease = a.lease

@@ -56,15 +56,7 @@ AS $$
 DECLARE
     level integer;  -- a priority of the queue's queued jobs, highest first
 BEGIN
-    IF wait.queue IS NULL THEN
-        RAISE EXCEPTION 'queue must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF wait.queue !~ '^[a-z0-9_]{1,58}$' THEN
-        RAISE EXCEPTION 'queue must be 1 to 58 characters of a-z, 0-9 and _, got %',
-                        quote_literal(left(wait.queue, 80))
-            USING ERRCODE = '22023',
-                  HINT = 'Queue names become notification channels jobq_<queue>.';
-    END IF;
+    PERFORM jobq._check_queue(wait.queue);
     IF wait.worker IS NULL THEN
         RAISE EXCEPTION 'worker must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -174,15 +166,7 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF channel.queue IS NULL THEN
-        RAISE EXCEPTION 'queue must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF channel.queue !~ '^[a-z0-9_]{1,58}$' THEN
-        RAISE EXCEPTION 'queue must be 1 to 58 characters of a-z, 0-9 and _, got %',
-                        quote_literal(left(channel.queue, 80))
-            USING ERRCODE = '22023',
-                  HINT = 'Queue names become notification channels jobq_<queue>.';
-    END IF;
+    PERFORM jobq._check_queue(channel.queue);
     RETURN 'jobq_' || channel.queue;
 END
 $$;
@@ -355,6 +339,13 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
+    -- The statements below read the arguments through sub-selects, written
+    -- (SELECT claim.queue), (SELECT claim.n), (SELECT picked): the planner
+    -- cannot see through them, so a plan made for one call's values costs
+    -- the same as the generic plan and the plan cache keeps the generic one.
+    -- Given the values themselves, it re-planned these statements at every
+    -- call (a custom plan looks cheaper for a known queue, n or array), which
+    -- was a third of a claim's instructions (bench/instructions.py).
     SELECT h.* INTO hint
       FROM jobq._claim_hints AS h
      WHERE h.queue = claim.queue AND h.until > statement_timestamp();
@@ -442,6 +433,8 @@ BEGIN
     RETURN QUERY
     UPDATE jobq.jobs AS j
        SET status = 'done', finished_at = statement_timestamp()
+      -- the arrays through sub-selects, so that the plan cache keeps one
+      -- generic plan (see jobq.claim)
       FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
      WHERE j.id = ANY ((SELECT _acknowledge.ids)::bigint[])
        AND j.id = a.id AND j.lease = a.lease
