@@ -15,7 +15,8 @@ execution, free of start-up, as a client with prepared statements (psycopg's
 default for statements it repeats) pays it.  The paths:
 
 - claim + complete: ``SELECT jobq.complete(c.id, c.lease) FROM jobq.claim('q', 1, 'w') AS c`` (one job);
-- the worker's path: ``jobq.complete_and_claim`` of the job claimed by the statement before, batch 1;
+- the worker's path: ``jobq.complete_and_claim`` of the jobs claimed by the statement before, batch 1
+  and batch 50 (the latter reported per job);
 - single-row enqueue: ``SELECT jobq.enqueue('q', '{}')``.
 
 The planning and execution inside the functions are included; the client,
@@ -55,6 +56,7 @@ class HotPath:
     hot: bool  # one of the two paths a version must keep within 3% of the previous one
     setup: str  # run once, on a live server, before the counted runs
     statement: str  # repeated; {i} is its number
+    per: int = 1  # jobs per statement: the figure reported is per job
 
 
 PATHS = (
@@ -72,6 +74,15 @@ PATHS = (
         "SELECT count(*) FROM jobq.complete_and_claim("
         "ARRAY(SELECT id FROM jobq.jobs WHERE status = 'running'),"
         " ARRAY(SELECT lease FROM jobq.jobs WHERE status = 'running'), 'q', 1, 'w')",
+    ),
+    HotPath(
+        "complete_and_claim, batch 50 (per job)",
+        False,
+        f"SELECT jobq.enqueue_many('q', array_fill('{{}}'::jsonb, ARRAY[{JOBS * 50}]))",
+        "SELECT count(*) FROM jobq.complete_and_claim("
+        "ARRAY(SELECT id FROM jobq.jobs WHERE status = 'running'),"
+        " ARRAY(SELECT lease FROM jobq.jobs WHERE status = 'running'), 'q', 50, 'w')",
+        per=50,
     ),
     HotPath("single-row enqueue", True, "SELECT 1", "SELECT jobq.enqueue('q', '{}')"),
 )
@@ -113,7 +124,7 @@ def per_statement(version: str, path: HotPath, work: Path) -> float:
             collected(server, "bench", prepared + "EXECUTE measured;\n" * n, work)
             for n in (STATEMENTS, 2 * STATEMENTS)
         ]
-    return (counts[1] - counts[0]) / STATEMENTS
+    return (counts[1] - counts[0]) / STATEMENTS / path.per
 
 
 def main() -> None:

@@ -27,10 +27,11 @@ BEGIN
     UPDATE jobq.jobs AS j
        SET status = 'done', finished_at = statement_timestamp()
       -- the arrays through sub-selects, so that the plan cache keeps one
-      -- generic plan (see jobq.claim)
+      -- generic plan (see jobq.claim); the pairs drive the join, one probe
+      -- of the primary key each (with j.id = ANY (ids) as well, the planner
+      -- scanned all the pairs again for every job: n^2 at batch n)
       FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
-     WHERE j.id = ANY ((SELECT _acknowledge.ids)::bigint[])
-       AND j.id = a.id AND j.lease = a.lease
+     WHERE j.id = a.id AND j.lease = a.lease
        -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
        -- by primary key, the cost stays flat while dead entries pile up there
        AND (j.status = 'running') IS TRUE
@@ -264,9 +265,9 @@ BEGIN
         UPDATE jobq.jobs AS j
            SET locked_at        = statement_timestamp(),
                lease_expires_at = statement_timestamp() + (j.lease_expires_at - j.locked_at)
-          FROM unnest(heartbeat_many.ids, heartbeat_many.leases) AS a(id, lease)
-         WHERE j.id = ANY (heartbeat_many.ids)
-           AND j.id = a.id AND j.lease = a.lease
+          -- the pairs drive the join, as in jobq._acknowledge
+          FROM unnest((SELECT heartbeat_many.ids), (SELECT heartbeat_many.leases)) AS a(id, lease)
+         WHERE j.id = a.id AND j.lease = a.lease
            AND (j.status = 'running') IS TRUE  -- by primary key, as in jobq._acknowledge
         RETURNING j.id
     )

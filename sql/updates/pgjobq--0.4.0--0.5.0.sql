@@ -434,10 +434,11 @@ BEGIN
     UPDATE jobq.jobs AS j
        SET status = 'done', finished_at = statement_timestamp()
       -- the arrays through sub-selects, so that the plan cache keeps one
-      -- generic plan (see jobq.claim)
+      -- generic plan (see jobq.claim); the pairs drive the join, one probe
+      -- of the primary key each (with j.id = ANY (ids) as well, the planner
+      -- scanned all the pairs again for every job: n^2 at batch n)
       FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
-     WHERE j.id = ANY ((SELECT _acknowledge.ids)::bigint[])
-       AND j.id = a.id AND j.lease = a.lease
+     WHERE j.id = a.id AND j.lease = a.lease
        -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
        -- by primary key, the cost stays flat while dead entries pile up there
        AND (j.status = 'running') IS TRUE
@@ -519,6 +520,33 @@ END
 $$;
 COMMENT ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval) IS
     'Acknowledge finished jobs (returned with status done) and claim up to n more (returned running, under leases of lease_timeout), in one statement.';
+
+CREATE OR REPLACE FUNCTION jobq.heartbeat_many(ids bigint[], leases bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 20
+-- SECURITY DEFINER: like heartbeat, for workers without privileges on
+-- jobq.jobs.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM jobq._check_pairs(heartbeat_many.ids, heartbeat_many.leases);
+    RETURN QUERY
+    WITH extended AS (
+        UPDATE jobq.jobs AS j
+           SET locked_at        = statement_timestamp(),
+               lease_expires_at = statement_timestamp() + (j.lease_expires_at - j.locked_at)
+          -- the pairs drive the join, as in jobq._acknowledge
+          FROM unnest((SELECT heartbeat_many.ids), (SELECT heartbeat_many.leases)) AS a(id, lease)
+         WHERE j.id = a.id AND j.lease = a.lease
+           AND (j.status = 'running') IS TRUE  -- by primary key, as in jobq._acknowledge
+        RETURNING j.id
+    )
+    SELECT e.id FROM extended AS e ORDER BY e.id;
+END
+$$;
+COMMENT ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) IS
+    'Extend the leases of many running jobs by their own lengths in one statement; returns the ids extended. Stale pairs are left out.';
 
 ----------------------------------------------------------------------------
 -- Access levels: the worker level gains wait.
