@@ -57,7 +57,7 @@ for folder in (BENCH, ROOT / "tools"):
         sys.path.insert(0, str(folder))
 
 from contenders._pgbench import CLAIM_COMPLETE, ENQUEUE_ONE, ONE_TRIP, run_pgbench  # noqa: E402
-from contenders._util import insert_queued  # noqa: E402
+from contenders._util import explain_nested, insert_queued  # noqa: E402
 from contenders.article import CLAIM_SQL, DDL, DONE_SQL  # noqa: E402
 from contenders.article import QUEUE as ARTICLE_QUEUE  # noqa: E402
 from contenders.pgjobq_sql import ENQUEUE_MANY_SQL, QUEUE  # noqa: E402
@@ -323,7 +323,6 @@ def plans(server: ThrowawayPostgres) -> list[str]:
         lines = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + claim).fetchall()]
         conn.execute("ROLLBACK")
     out += details("EXPLAIN (ANALYZE, BUFFERS): the article's claim on jobq.jobs, one job", "\n".join(lines))
-    notices: list[str] = []
     with psycopg.connect(server.dsn(ours.dbname), autocommit=True) as conn:
         call = f"SELECT * FROM jobq.claim('{QUEUE}', 1, 'w')"
         for _ in range(5):
@@ -334,17 +333,7 @@ def plans(server: ThrowawayPostgres) -> list[str]:
         lines = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + call).fetchall()]
         conn.execute("ROLLBACK")
         out += details(f"EXPLAIN (ANALYZE, BUFFERS): `{call}`", "\n".join(lines))
-        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
-        conn.execute("LOAD 'auto_explain'")
-        for setting, value in (
-            ("auto_explain.log_min_duration", "0"),
-            ("auto_explain.log_analyze", "on"),
-            ("auto_explain.log_buffers", "on"),
-            ("auto_explain.log_timing", "on"),
-            ("auto_explain.log_nested_statements", "on"),
-            ("auto_explain.log_level", "notice"),
-        ):
-            conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
+        notices = explain_nested(conn)
         conn.execute("BEGIN")
         conn.execute(call).fetchall()
         conn.execute("ROLLBACK")

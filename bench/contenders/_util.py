@@ -3,8 +3,8 @@
 One definition each of what every contender does alike: the payloads
 (``{"i": n}``), the handler's work (sleep, or nothing), loading in chunks,
 waiting while idle, noticing the driver's stop, a Redis client from the
-target and the Redis contenders' reset, rows inserted straight into a table to build its state, and the
-one-line description of an error.
+target and the Redis contenders' reset, rows inserted straight into a table to build its state,
+auto_explain for the plans inside a function, and the one-line description of an error.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = [
     "chunks",
     "describe",
     "do_work",
+    "explain_nested",
     "idle",
     "insert_queued",
     "payload_texts",
@@ -145,3 +146,24 @@ def describe(exc: BaseException) -> str:
     """An exception on one line: its type and the first line of its message (pgjobq's first_line)."""
     name, line = type(exc).__name__, first_line(exc)
     return name if line == name else f"{name}: {line}"
+
+
+def explain_nested(conn: psycopg.Connection[Any]) -> list[str]:
+    """auto_explain on for conn's session, nested statements included, as notices; returns their list.
+
+    Every statement conn runs from then on, and every statement a function runs for it, has its plan
+    (with ANALYZE and BUFFERS) appended to the list.
+    """
+    notices: list[str] = []
+    conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+    conn.execute("LOAD 'auto_explain'")
+    for setting, value in (
+        ("auto_explain.log_min_duration", "0"),
+        ("auto_explain.log_analyze", "on"),
+        ("auto_explain.log_buffers", "on"),
+        ("auto_explain.log_timing", "on"),
+        ("auto_explain.log_nested_statements", "on"),
+        ("auto_explain.log_level", "notice"),
+    ):
+        conn.execute("SELECT set_config(%s, %s, false)", (setting, value))
+    return notices
