@@ -12,8 +12,9 @@
  * -32768..32767, run_at not within 10 years of now, max_attempts outside
  * 1..1000), 54000 (payload over 1 MiB).
  *
- * The hot path of producers: the checks are inline (no helper call), the
- * work is one INSERT and, for the wake-up, one lock and one look at
+ * The hot path of producers: the checks are inline (a helper is called
+ * only to raise, or to measure a payload that may be compressed), the work
+ * is one INSERT and, for the wake-up, one lock and one look at
  * jobq._waiters.
  */
 CREATE FUNCTION jobq.enqueue(
