@@ -8,15 +8,20 @@
  *   name order: one file per concern, one current definition of every object,
  *   each function with its header, its COMMENT and its grants.  Released
  *   versions and the steps between them live, unchanged, in sql/updates/.
- * - State machine: queued -> running -> done | failed; a failure with attempts
- *   left, or a running job whose lease went stale, goes back to queued.
+ * - State machine: queued -> running -> done | failed | cancelled; a failure
+ *   with attempts left, a snooze, or a running job whose lease went stale or
+ *   whose timeout passed, goes back to queued (cancelled instead when a
+ *   cancel was requested); jobq.cancel ends a queued job at once.
  * - Every function pins search_path to pg_catalog, pg_temp and writes its own
  *   objects as jobq.<name>.  DDL expressions spell their operators as
  *   OPERATOR(pg_catalog.x), because CREATE EXTENSION runs this script with the
  *   caller's first schema on the search_path.
  * - Errors: 22004 (a NULL argument), 22023 (an argument out of its domain),
- *   54000 (a payload over 1 MiB), JQ001 (the lease given is not the job's
- *   current lease), JQ002 (no job has that id), 42501 (the caller may not).
+ *   54000 (a payload, headers or a result over 1 MiB), JQ001 (the lease
+ *   given is not the job's current lease), JQ002 (no job has that id, or
+ *   none the caller may see), JQ003 (the attempt's timeout has passed), JQ004
+ *   (a unique key is held by another job), 40001 (a unique enqueue could not
+ *   settle: retry), 42501 (the caller may not).
  * - Clocks: created_at and the default run_at use now() (the enqueueing
  *   transaction); everything a worker does (claim, locked_at, heartbeat,
  *   backoff, reaping) uses statement_timestamp(), so a long transaction never

@@ -63,7 +63,8 @@ GRANT EXECUTE ON FUNCTION jobq._check_payload(jsonb, text) TO @extowner@;
 
 /*
  * jobq._check_options(priority, run_at, max_attempts): returns nothing;
- * raises 22004 for a NULL and 22023 for a value out of range.
+ * raises 22004 for a NULL priority or run_at and 22023 for a value out of
+ * range (max_attempts may be NULL: the queue's).
  */
 CREATE FUNCTION jobq._check_options(priority integer, run_at timestamptz, max_attempts integer)
 RETURNS void
@@ -87,10 +88,7 @@ BEGIN
         RAISE EXCEPTION 'run_at must be within 10 years of now, got %', run_at
             USING ERRCODE = '22023';
     END IF;
-    IF max_attempts IS NULL THEN
-        RAISE EXCEPTION 'max_attempts must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF max_attempts < 1 OR max_attempts > 1000 THEN
+    IF max_attempts < 1 OR max_attempts > 1000 THEN  -- NULL: the queue's
         RAISE EXCEPTION 'max_attempts must be between 1 and 1000, got %', max_attempts
             USING ERRCODE = '22023';
     END IF;
@@ -201,12 +199,112 @@ COMMENT ON FUNCTION jobq._raise_not_held(bigint, bigint) IS 'Internal: raises JQ
 REVOKE ALL ON FUNCTION jobq._raise_not_held(bigint, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._raise_not_held(bigint, bigint) TO @extowner@;
 
--- jobq._backoff(attempts): the retry delay after that many attempts.
-CREATE FUNCTION jobq._backoff(attempts integer)
-RETURNS interval
-LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
+/*
+ * jobq._check_result(result, argument): returns nothing; raises 54000 when
+ * result (any JSON value; NULL is no result) is over 1 MiB.  argument names
+ * the caller's argument in the message.
+ */
+CREATE FUNCTION jobq._check_result(result jsonb, argument text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT make_interval(secs => least(300, 2 ^ attempts)) $$;
-COMMENT ON FUNCTION jobq._backoff(integer) IS 'Internal: retry delay after the given number of attempts: 2^attempts seconds, at most 300.';
-REVOKE ALL ON FUNCTION jobq._backoff(integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._backoff(integer) TO @extowner@;
+AS $$
+BEGIN
+    IF pg_column_size(result) > 1048576 THEN
+        RAISE EXCEPTION '% must be at most 1 MiB, got % bytes', argument, pg_column_size(result)
+            USING ERRCODE = '54000',
+                  HINT = 'Store large results in a table and return their key.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_result(jsonb, text) IS 'Internal: raises 54000 when a result is over 1 MiB.';
+REVOKE ALL ON FUNCTION jobq._check_result(jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_result(jsonb, text) TO @extowner@;
+
+/*
+ * jobq._check_results(ids, results): returns nothing; raises 22023 unless
+ * results is NULL (no results) or a one-dimensional array as long as ids,
+ * and 54000 for an element over 1 MiB (naming it results[i]).
+ */
+CREATE FUNCTION jobq._check_results(ids bigint[], results jsonb[])
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad_position bigint;
+    bad_result   jsonb;
+BEGIN
+    IF results IS NULL THEN
+        RETURN;
+    END IF;
+    IF array_ndims(results) > 1 THEN
+        RAISE EXCEPTION 'results must be a one-dimensional array, got % dimensions', array_ndims(results)
+            USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(results) <> cardinality(ids) THEN
+        RAISE EXCEPTION 'results must have as many elements as ids, got % and %', cardinality(results), cardinality(ids)
+            USING ERRCODE = '22023',
+                  HINT = 'Pass NULL for a job without a result.';
+    END IF;
+    SELECT r.position + array_lower(results, 1) - 1, r.result INTO bad_position, bad_result
+      FROM unnest(results) WITH ORDINALITY AS r (result, position)
+     WHERE pg_column_size(r.result) > 1048576
+     ORDER BY r.position
+     LIMIT 1;
+    IF FOUND THEN
+        PERFORM jobq._check_result(bad_result, format('results[%s]', bad_position));  -- raises
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_results(bigint[], jsonb[]) IS
+    'Internal: raises 22023/54000 unless results is NULL or an array of results of at most 1 MiB, one per id.';
+REVOKE ALL ON FUNCTION jobq._check_results(bigint[], jsonb[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_results(bigint[], jsonb[]) TO @extowner@;
+
+/*
+ * jobq._check_job_options(unique_key, unique_scope, on_conflict, headers,
+ * timeout): returns nothing; raises 22004 for a NULL unique_scope or
+ * on_conflict, 22023 for a unique_key that is not 1 to 512 characters, an
+ * unique_scope other than active or until_done, an on_conflict other than
+ * return, skip, raise or replace, headers that are not a JSON object, a
+ * timeout not positive or over 30 days, and 54000 for headers over 1 MiB.
+ */
+CREATE FUNCTION jobq._check_job_options(unique_key text, unique_scope text, on_conflict text,
+                                        headers jsonb, timeout interval)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF length(unique_key) NOT BETWEEN 1 AND 512 THEN
+        RAISE EXCEPTION 'unique_key must be 1 to 512 characters, got %', length(unique_key)
+            USING ERRCODE = '22023';
+    END IF;
+    IF unique_scope IS NULL THEN
+        RAISE EXCEPTION 'unique_scope must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF unique_scope NOT IN ('active', 'until_done') THEN
+        RAISE EXCEPTION 'unique_scope must be active or until_done, got %', quote_literal(left(unique_scope, 80))
+            USING ERRCODE = '22023';
+    END IF;
+    IF on_conflict IS NULL THEN
+        RAISE EXCEPTION 'on_conflict must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF on_conflict NOT IN ('return', 'skip', 'raise', 'replace') THEN
+        RAISE EXCEPTION 'on_conflict must be return, skip, raise or replace, got %', quote_literal(left(on_conflict, 80))
+            USING ERRCODE = '22023';
+    END IF;
+    IF headers IS NOT NULL THEN
+        PERFORM jobq._check_payload(headers, 'headers');
+    END IF;
+    IF timeout <= interval '0' OR timeout > interval '30 days' THEN
+        RAISE EXCEPTION 'timeout must be a positive interval of at most 30 days, got %', timeout
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_job_options(text, text, text, jsonb, interval) IS
+    'Internal: raises 22004/22023/54000 unless the unique, headers and timeout options of an enqueue are valid.';
+REVOKE ALL ON FUNCTION jobq._check_job_options(text, text, text, jsonb, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_job_options(text, text, text, jsonb, interval) TO @extowner@;

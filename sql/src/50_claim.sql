@@ -25,16 +25,21 @@ REVOKE ALL ON TABLE jobq._claim_hints FROM PUBLIC;
 /*
  * jobq.claim(queue, n, worker, lease_timeout): up to n runnable jobs of
  * queue, now running under a new lease that expires lease_timeout from now
- * (default 60 seconds; heartbeats extend it by that length again), in claim
- * order (priority desc, run_at, id).  Never claims a job whose run_at is in
- * the future.  locked_at is the statement's clock.
+ * (NULL, the default: the queue's lease_timeout, else 60 seconds;
+ * heartbeats extend it by that length again), in claim order (priority
+ * desc, run_at, id).  Never claims a job whose run_at is in the future, nor
+ * any job of a paused queue.  locked_at is the statement's clock.  Applies
+ * the queue's settings (jobq.queue_settings, one primary-key probe): a job's
+ * deadline is now + its timeout (else the queue's; NULL: none), which its
+ * lease never outlasts, and a job enqueued without max_attempts gets the
+ * queue's (else 3), written into its row.
  *
  * Locks: FOR NO KEY UPDATE SKIP LOCKED on the jobs it picks (at most n, from
  * jobs_claim_idx), which it then updates by primary key; never waits on a
  * job's lock.  When it claims a job, deletes worker's registration as a
  * waiter of queue (jobq.wait), if any: that worker is busy.  Raises 22004 (NULL
- * argument), 22023 (bad queue name, n outside 1..1000, worker empty or over
- * 200 characters, lease_timeout not positive or over 1 day).
+ * queue, n or worker), 22023 (bad queue name, n outside 1..1000, worker empty
+ * or over 200 characters, lease_timeout not positive or over 1 day).
  *
  * Forward mode, for a bloated claim index.  Every claimed job leaves a dead
  * entry at the start of jobs_claim_idx until vacuum clears it, and a
@@ -55,7 +60,7 @@ REVOKE ALL ON TABLE jobq._claim_hints FROM PUBLIC;
  * and a queue never has two positions.
  */
 CREATE FUNCTION jobq.claim(queue text, n integer, worker text,
-                           lease_timeout interval DEFAULT '60 seconds')
+                           lease_timeout interval DEFAULT NULL)
 RETURNS SETOF jobq.jobs
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 10
 -- SECURITY DEFINER: workers claim without privileges on jobq.jobs.
@@ -64,6 +69,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     hint          jobq._claim_hints;
+    settings      jobq.queue_settings;
     picked        bigint[];
     walked        bigint;
     forward_until timestamptz;  -- forward mode lasts until then; NULL: the last scan was from the start
@@ -90,12 +96,15 @@ BEGIN
         RAISE EXCEPTION 'worker must be 1 to 200 characters, got %', length(claim.worker)
             USING ERRCODE = '22023';
     END IF;
-    IF claim.lease_timeout IS NULL THEN
-        RAISE EXCEPTION 'lease_timeout must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF claim.lease_timeout <= interval '0' OR claim.lease_timeout > interval '1 day' THEN
+    IF claim.lease_timeout <= interval '0' OR claim.lease_timeout > interval '1 day' THEN  -- NULL: the queue's
         RAISE EXCEPTION 'lease_timeout must be a positive interval of at most 1 day, got %', claim.lease_timeout
             USING ERRCODE = '22023';
+    END IF;
+
+    -- the queue's settings: none for a plain queue (a probe that finds nothing)
+    SELECT s.* INTO settings FROM jobq.queue_settings AS s WHERE s.queue = claim.queue;
+    IF settings.paused THEN
+        RETURN;  -- a paused queue hands out nothing
     END IF;
 
     -- The statements below read the arguments through sub-selects, written
@@ -169,7 +178,11 @@ BEGIN
            SET status           = 'running',
                locked_by        = claim.worker,
                locked_at        = statement_timestamp(),
-               lease_expires_at = statement_timestamp() + claim.lease_timeout,
+               lease_expires_at = least(statement_timestamp()
+                                        + coalesce(claim.lease_timeout, settings.lease_timeout, interval '60 seconds'),
+                                        statement_timestamp() + coalesce(j.timeout, settings.timeout)),
+               deadline         = statement_timestamp() + coalesce(j.timeout, settings.timeout),
+               max_attempts     = coalesce(j.max_attempts, settings.max_attempts, 3),
                attempts         = j.attempts + 1,
                lease            = j.lease + 1
          WHERE j.id = ANY ((SELECT picked)::bigint[])
@@ -179,6 +192,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.claim(text, integer, text, interval) IS
-    'Claim up to n runnable jobs of a queue for worker (FOR NO KEY UPDATE SKIP LOCKED), each under a new lease that expires lease_timeout (default 60 s) from now; returns them running.';
+    'Claim up to n runnable jobs of a queue for worker (FOR NO KEY UPDATE SKIP LOCKED), each under a new lease that expires lease_timeout (default: the queue''s, else 60 s) from now; returns them running. A paused queue gives none.';
 REVOKE ALL ON FUNCTION jobq.claim(text, integer, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.claim(text, integer, text, interval) TO @extowner@;

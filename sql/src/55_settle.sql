@@ -6,36 +6,51 @@
 ----------------------------------------------------------------------------
 
 /*
- * jobq._acknowledge(ids, leases): the jobs of the (id, lease) pairs
+ * jobq._acknowledge(ids, leases, results): the jobs of the (id, lease) pairs
  * acknowledged, in no particular order: running under that lease and now
- * done, or already done under that same lease by an earlier statement (a
- * repeated acknowledgement).  Stale pairs are left out.  The caller checks
- * the arrays (jobq._check_pairs).  Locks the rows it marks done.  The
+ * done (with the result at the same position of results, when given), or
+ * already done under that same lease by an earlier statement (a repeated
+ * acknowledgement, whose result is not stored again).  Stale pairs are
+ * left out.  The caller checks the arrays (jobq._check_pairs,
+ * jobq._check_results).  Locks the rows it marks done.  The
  * repeat check runs only when some pair was not marked done; it tells this
  * statement's own updates by finished_at = statement_timestamp(), so a pair
  * acknowledged twice within one statement counts once.
  */
-CREATE FUNCTION jobq._acknowledge(ids bigint[], leases bigint[])
+CREATE FUNCTION jobq._acknowledge(ids bigint[], leases bigint[], results jsonb[])
 RETURNS SETOF jobq.jobs
-LANGUAGE plpgsql VOLATILE STRICT ROWS 50
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 50
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     marked bigint;
 BEGIN
-    RETURN QUERY
-    UPDATE jobq.jobs AS j
-       SET status = 'done', finished_at = statement_timestamp()
-      -- the arrays through sub-selects, so that the plan cache keeps one
-      -- generic plan (see jobq.claim); the pairs drive the join, one probe
-      -- of the primary key each (with j.id = ANY (ids) as well, the planner
-      -- scanned all the pairs again for every job: n^2 at batch n)
-      FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
-     WHERE j.id = a.id AND j.lease = a.lease
-       -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
-       -- by primary key, the cost stays flat while dead entries pile up there
-       AND (j.status = 'running') IS TRUE
-    RETURNING j.*;
+    IF _acknowledge.results IS NULL THEN
+        RETURN QUERY
+        UPDATE jobq.jobs AS j
+           SET status = 'done', finished_at = statement_timestamp()
+          -- the arrays through sub-selects, so that the plan cache keeps one
+          -- generic plan (see jobq.claim); the pairs drive the join, one probe
+          -- of the primary key each (with j.id = ANY (ids) as well, the planner
+          -- scanned all the pairs again for every job: n^2 at batch n)
+          FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
+         WHERE j.id = a.id AND j.lease = a.lease
+           -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
+           -- by primary key, the cost stays flat while dead entries pile up there
+           AND (j.status = 'running') IS TRUE
+        RETURNING j.*;
+    ELSE
+        -- the same, storing results; a statement of its own, so that
+        -- acknowledging without results keeps its plan
+        RETURN QUERY
+        UPDATE jobq.jobs AS j
+           SET status = 'done', finished_at = statement_timestamp(), result = a.result
+          FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases), (SELECT _acknowledge.results))
+               AS a(id, lease, result)
+         WHERE j.id = a.id AND j.lease = a.lease
+           AND (j.status = 'running') IS TRUE
+        RETURNING j.*;
+    END IF;
     GET DIAGNOSTICS marked = ROW_COUNT;
     IF marked < cardinality(_acknowledge.ids) THEN
         RETURN QUERY
@@ -49,19 +64,22 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION jobq._acknowledge(bigint[], bigint[]) IS
-    'Internal: mark done the jobs of the (id, lease) pairs still running under that lease; returns them and those already done under it.';
-REVOKE ALL ON FUNCTION jobq._acknowledge(bigint[], bigint[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._acknowledge(bigint[], bigint[]) TO @extowner@;
+COMMENT ON FUNCTION jobq._acknowledge(bigint[], bigint[], jsonb[]) IS
+    'Internal: mark done (with their results) the jobs of the (id, lease) pairs still running under that lease; returns them and those already done under it.';
+REVOKE ALL ON FUNCTION jobq._acknowledge(bigint[], bigint[], jsonb[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._acknowledge(bigint[], bigint[], jsonb[]) TO @extowner@;
 
 /*
- * jobq.complete(id, lease): running -> done.  Locks the job's row (waits for
- * a concurrent reaper holding it).  Repeating a successful complete with the
- * same lease does nothing and succeeds.  Raises 22004 (NULL argument), JQ002
- * (no such job), JQ001 (the lease is not the job's current one, or the job is
- * not running: it was reaped, failed, finished or re-claimed).
+ * jobq.complete(id, lease, result): running -> done, storing result (any
+ * JSON value; NULL: none), also when the job's worker was asked to cancel
+ * it (the work happened).  Locks the job's row (waits for a concurrent
+ * reaper holding it).  Repeating a successful complete with the same lease
+ * does nothing and succeeds (its result is not stored again).  Raises 22004
+ * (NULL id or lease), 54000 (result over 1 MiB), JQ002 (no such job), JQ001
+ * (the lease is not the job's current one, or the job is not running: it
+ * was reaped, failed, finished, cancelled or re-claimed).
  */
-CREATE FUNCTION jobq.complete(id bigint, lease bigint)
+CREATE FUNCTION jobq.complete(id bigint, lease bigint, result jsonb DEFAULT NULL)
 RETURNS void
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: workers settle jobs without UPDATE on jobq.jobs; the lease
@@ -74,8 +92,11 @@ BEGIN
     IF complete.id IS NULL OR complete.lease IS NULL THEN
         PERFORM jobq._check_lease(complete.id, complete.lease);  -- raises, naming the NULL
     END IF;
+    IF pg_column_size(complete.result) > 1000 THEN
+        PERFORM jobq._check_result(complete.result, 'result');  -- sees a compressed result whole
+    END IF;
     UPDATE jobq.jobs AS j
-       SET status = 'done', finished_at = statement_timestamp()
+       SET status = 'done', finished_at = statement_timestamp(), result = complete.result
      WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'running';
     IF FOUND THEN
         RETURN;
@@ -88,20 +109,21 @@ BEGIN
     PERFORM jobq._raise_not_held(complete.id, complete.lease);
 END
 $$;
-COMMENT ON FUNCTION jobq.complete(bigint, bigint) IS
-    'Mark a running job done. Refuses a lease that is not current with SQLSTATE JQ001 (JQ002: no such job); repeating a successful call is harmless.';
-REVOKE ALL ON FUNCTION jobq.complete(bigint, bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.complete(bigint, bigint) TO @extowner@;
+COMMENT ON FUNCTION jobq.complete(bigint, bigint, jsonb) IS
+    'Mark a running job done, storing its result (any JSON value, optional). Refuses a lease that is not current with SQLSTATE JQ001 (JQ002: no such job); repeating a successful call is harmless.';
+REVOKE ALL ON FUNCTION jobq.complete(bigint, bigint, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.complete(bigint, bigint, jsonb) TO @extowner@;
 
 /*
- * jobq.complete_many(ids, leases): the ids of the pairs acknowledged, in
- * ascending order: jobs now done, or already done under that same lease.  A
- * pair whose lease is not current (or whose id is unknown) is left out, not
- * raised, so one stale job cannot fail a batch.  One UPDATE
- * (jobq._acknowledge); locks the rows it changes.  Raises like
- * jobq._check_pairs.
+ * jobq.complete_many(ids, leases, results): the ids of the pairs
+ * acknowledged, in ascending order: jobs now done (storing the result at
+ * the same position of results, when given; NULL elements: no result), or
+ * already done under that same lease.  A pair whose lease is not current
+ * (or whose id is unknown) is left out, not raised, so one stale job cannot
+ * fail a batch.  One UPDATE (jobq._acknowledge); locks the rows it changes.
+ * Raises like jobq._check_pairs and jobq._check_results.
  */
-CREATE FUNCTION jobq.complete_many(ids bigint[], leases bigint[])
+CREATE FUNCTION jobq.complete_many(ids bigint[], leases bigint[], results jsonb[] DEFAULT NULL)
 RETURNS SETOF bigint
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 50
 -- SECURITY DEFINER: workers acknowledge without privileges on jobq.jobs.
@@ -110,30 +132,34 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM jobq._check_pairs(complete_many.ids, complete_many.leases);
+    PERFORM jobq._check_results(complete_many.ids, complete_many.results);
     RETURN QUERY
-    SELECT a.id FROM jobq._acknowledge(complete_many.ids, complete_many.leases) AS a ORDER BY a.id;
+    SELECT a.id
+      FROM jobq._acknowledge(complete_many.ids, complete_many.leases, complete_many.results) AS a
+     ORDER BY a.id;
 END
 $$;
-COMMENT ON FUNCTION jobq.complete_many(bigint[], bigint[]) IS
-    'Mark many running jobs done in one statement; returns the ids acknowledged. Pairs with a stale lease or unknown id are left out of the result.';
-REVOKE ALL ON FUNCTION jobq.complete_many(bigint[], bigint[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.complete_many(bigint[], bigint[]) TO @extowner@;
+COMMENT ON FUNCTION jobq.complete_many(bigint[], bigint[], jsonb[]) IS
+    'Mark many running jobs done in one statement, with their results (optional, aligned with ids); returns the ids acknowledged. Pairs with a stale lease or unknown id are left out of the result.';
+REVOKE ALL ON FUNCTION jobq.complete_many(bigint[], bigint[], jsonb[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.complete_many(bigint[], bigint[], jsonb[]) TO @extowner@;
 
 /*
- * jobq.complete_and_claim(ids, leases, queue, n, worker, lease_timeout):
- * first the jobs acknowledged, by ascending id, as jobq.complete_many would
- * (status 'done': now done, or already done under that same lease; stale
- * pairs are left out), then up to n newly claimed jobs of queue (status
- * 'running', each with its new lease of lease_timeout, default 60 seconds),
- * as jobq.claim would.  Empty arrays claim only; to acknowledge without
+ * jobq.complete_and_claim(ids, leases, queue, n, worker, lease_timeout,
+ * results): first the jobs acknowledged, by ascending id, as
+ * jobq.complete_many would (status 'done': now done, with the results
+ * given, or already done under that same lease; stale pairs are left out),
+ * then up to n newly claimed jobs of queue (status 'running', each with its
+ * new lease of lease_timeout, default the queue's, else 60 seconds), as
+ * jobq.claim would.  Empty arrays claim only; to acknowledge without
  * claiming, use jobq.complete_many.  One statement: if any argument is
  * refused, nothing is acknowledged and nothing claimed.  Locks: the rows it
  * marks done, and FOR NO KEY UPDATE SKIP LOCKED on the rows it claims.
  * Raises 22004 (NULL argument), 22023 (arrays of different lengths or with
- * NULL elements, and what jobq.claim refuses).
+ * NULL elements, and what jobq.claim refuses), 54000 (a result over 1 MiB).
  */
 CREATE FUNCTION jobq.complete_and_claim(ids bigint[], leases bigint[], queue text, n integer, worker text,
-                                        lease_timeout interval DEFAULT '60 seconds')
+                                        lease_timeout interval DEFAULT NULL, results jsonb[] DEFAULT NULL)
 RETURNS SETOF jobq.jobs
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 20
 -- SECURITY DEFINER: like claim and complete_many, for workers without
@@ -149,11 +175,15 @@ BEGIN
        OR array_position(complete_and_claim.ids, NULL) IS NOT NULL OR array_position(complete_and_claim.leases, NULL) IS NOT NULL THEN
         PERFORM jobq._check_pairs(complete_and_claim.ids, complete_and_claim.leases);  -- raises, naming the fault
     END IF;
+    IF complete_and_claim.results IS NOT NULL THEN
+        PERFORM jobq._check_results(complete_and_claim.ids, complete_and_claim.results);
+    END IF;
     IF cardinality(complete_and_claim.ids) > 0 THEN
         -- should jobq.claim below refuse its arguments, the error undoes these
         -- acknowledgements with the rest of the statement
         RETURN QUERY
-        SELECT a.* FROM jobq._acknowledge(complete_and_claim.ids, complete_and_claim.leases) AS a
+        SELECT a.*
+          FROM jobq._acknowledge(complete_and_claim.ids, complete_and_claim.leases, complete_and_claim.results) AS a
          ORDER BY a.id;
     END IF;
     RETURN QUERY
@@ -161,19 +191,23 @@ BEGIN
                                complete_and_claim.worker, complete_and_claim.lease_timeout) AS c;
 END
 $$;
-COMMENT ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval) IS
-    'Acknowledge finished jobs (returned with status done) and claim up to n more (returned running, under leases of lease_timeout), in one statement.';
-REVOKE ALL ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval) TO @extowner@;
+COMMENT ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval, jsonb[]) IS
+    'Acknowledge finished jobs with their results (returned with status done) and claim up to n more (returned running, under leases of lease_timeout), in one statement.';
+REVOKE ALL ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval, jsonb[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval, jsonb[]) TO @extowner@;
 
 /*
- * jobq.fail(id, error, lease): the job's row after the failure: queued again
- * with run_at = now + least(300, 2^attempts) seconds, or failed once attempts
- * reached max_attempts.  error is kept in last_error, cut to 2,000
- * characters.  Locks the job's row.  Raises 22004 (NULL argument), JQ002, JQ001
- * like jobq.complete (a repeated fail is refused: the job is no longer held).
+ * jobq.fail(id, error, lease, retry_in): the job's row after the failure:
+ * queued again with run_at = now + retry_in, or + the queue's backoff
+ * (jobq._retry_delay: by default 2^attempts seconds, at most 300), or
+ * failed once attempts reached max_attempts; cancelled instead, never
+ * retried, when jobq.cancel asked its worker to stop.  error is kept in
+ * last_error, cut to 2,000 characters.  Locks the job's row.  Raises 22004
+ * (NULL id, lease or error), 22023 (retry_in negative or over 10 years),
+ * JQ002, JQ001 like jobq.complete (a repeated fail is refused: the job is no
+ * longer held).
  */
-CREATE FUNCTION jobq.fail(id bigint, error text, lease bigint)
+CREATE FUNCTION jobq.fail(id bigint, error text, lease bigint, retry_in interval DEFAULT NULL)
 RETURNS jobq.jobs
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: workers settle jobs without UPDATE on jobq.jobs; the lease
@@ -188,11 +222,20 @@ BEGIN
     IF fail.error IS NULL THEN
         RAISE EXCEPTION 'error must not be NULL' USING ERRCODE = '22004';
     END IF;
+    IF fail.retry_in < interval '0' OR fail.retry_in > interval '10 years' THEN
+        RAISE EXCEPTION 'retry_in must be an interval between 0 and 10 years, got %', fail.retry_in
+            USING ERRCODE = '22023';
+    END IF;
     UPDATE jobq.jobs AS j
-       SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
-           run_at      = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
-                              ELSE statement_timestamp() + jobq._backoff(j.attempts) END,
-           finished_at = CASE WHEN j.attempts >= j.max_attempts THEN statement_timestamp() END,
+       SET status      = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                              WHEN j.attempts >= coalesce(j.max_attempts, 3) THEN 'failed'
+                              ELSE 'queued' END,
+           run_at      = CASE WHEN j.cancel_requested_at IS NULL AND j.attempts < coalesce(j.max_attempts, 3)
+                              THEN statement_timestamp()
+                                   + coalesce(fail.retry_in, jobq._retry_delay(j.queue, j.attempts))
+                              ELSE j.run_at END,
+           finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= coalesce(j.max_attempts, 3)
+                              THEN statement_timestamp() END,
            last_error  = left(fail.error, 2000)
      WHERE j.id = fail.id AND j.lease = fail.lease AND j.status = 'running'
     RETURNING j.* INTO failed_job;
@@ -202,17 +245,65 @@ BEGIN
     RETURN failed_job;
 END
 $$;
-COMMENT ON FUNCTION jobq.fail(bigint, text, bigint) IS
-    'Record a failure of a running job: back to queued after 2^attempts s (at most 300 s), or failed at max_attempts. Refuses a stale lease with JQ001.';
-REVOKE ALL ON FUNCTION jobq.fail(bigint, text, bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.fail(bigint, text, bigint) TO @extowner@;
+COMMENT ON FUNCTION jobq.fail(bigint, text, bigint, interval) IS
+    'Record a failure of a running job: back to queued after retry_in or the queue''s backoff, failed at max_attempts, cancelled if a cancel was requested. Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.fail(bigint, text, bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.fail(bigint, text, bigint, interval) TO @extowner@;
+
+/*
+ * jobq.snooze(id, lease, delay): the job's new run_at, now + delay: the
+ * running job goes back to queued without spending an attempt (a handler
+ * waiting on something outside); the lease is spent all the same.  A job
+ * whose worker was asked to cancel it becomes cancelled instead, and NULL is
+ * returned.  Locks the job's row.  Raises 22004 (NULL argument), 22023
+ * (delay negative or over 10 years), JQ002, JQ001 like jobq.complete.
+ */
+CREATE FUNCTION jobq.snooze(id bigint, lease bigint, delay interval)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: workers settle jobs without UPDATE on jobq.jobs; the lease
+-- decides which rows they may change.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    new_status text;
+    new_run_at timestamptz;
+BEGIN
+    PERFORM jobq._check_lease(snooze.id, snooze.lease);
+    IF snooze.delay IS NULL THEN
+        RAISE EXCEPTION 'delay must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF snooze.delay < interval '0' OR snooze.delay > interval '10 years' THEN
+        RAISE EXCEPTION 'delay must be an interval between 0 and 10 years, got %', snooze.delay
+            USING ERRCODE = '22023';
+    END IF;
+    UPDATE jobq.jobs AS j
+       SET status      = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
+           run_at      = CASE WHEN j.cancel_requested_at IS NULL THEN statement_timestamp() + snooze.delay
+                              ELSE j.run_at END,
+           attempts    = CASE WHEN j.cancel_requested_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
+           finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN statement_timestamp() END
+     WHERE j.id = snooze.id AND j.lease = snooze.lease AND j.status = 'running'
+    RETURNING j.status, j.run_at INTO new_status, new_run_at;
+    IF NOT FOUND THEN
+        PERFORM jobq._raise_not_held(snooze.id, snooze.lease);
+    END IF;
+    RETURN CASE WHEN new_status = 'queued' THEN new_run_at END;
+END
+$$;
+COMMENT ON FUNCTION jobq.snooze(bigint, bigint, interval) IS
+    'Put a running job back to queued, runnable after delay, without spending an attempt; returns its run_at (NULL: cancelled, as requested). Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.snooze(bigint, bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.snooze(bigint, bigint, interval) TO @extowner@;
 
 /*
  * jobq.heartbeat(id, lease): the new locked_at.  Extends a running job's
  * lease by its own length (the lease_timeout it was claimed with):
- * locked_at becomes now and lease_expires_at now + that length, so the
- * reaper leaves the job alone.  Locks the job's row.  Raises 22004, JQ002,
- * JQ001 like jobq.complete.
+ * locked_at becomes now and lease_expires_at now + that length, but never
+ * past the job's deadline, so the reaper leaves the job alone.  Locks the
+ * job's row.  Raises 22004, JQ002, JQ001 like jobq.complete, and JQ003 once
+ * the deadline has passed (the attempt timed out: jobq.reap recovers it).
  */
 CREATE FUNCTION jobq.heartbeat(id bigint, lease bigint)
 RETURNS timestamptz
@@ -224,31 +315,42 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     new_locked_at timestamptz;
+    passed        timestamptz;
 BEGIN
     PERFORM jobq._check_lease(heartbeat.id, heartbeat.lease);
     UPDATE jobq.jobs AS j
        SET locked_at        = statement_timestamp(),
-           lease_expires_at = statement_timestamp() + (j.lease_expires_at - j.locked_at)
+           lease_expires_at = least(statement_timestamp() + (j.lease_expires_at - j.locked_at), j.deadline)
      WHERE j.id = heartbeat.id AND j.lease = heartbeat.lease AND j.status = 'running'
+       AND (j.deadline IS NULL OR j.deadline > statement_timestamp())
     RETURNING j.locked_at INTO new_locked_at;
     IF NOT FOUND THEN
+        SELECT j.deadline INTO passed
+          FROM jobq.jobs AS j
+         WHERE j.id = heartbeat.id AND j.lease = heartbeat.lease AND j.status = 'running';
+        IF FOUND THEN
+            RAISE EXCEPTION 'job % timed out at %', heartbeat.id, passed
+                USING ERRCODE = 'JQ003',
+                      HINT = 'Its lease is not extended past its deadline; jobq.reap recovers it.';
+        END IF;
         PERFORM jobq._raise_not_held(heartbeat.id, heartbeat.lease);
     END IF;
     RETURN new_locked_at;
 END
 $$;
 COMMENT ON FUNCTION jobq.heartbeat(bigint, bigint) IS
-    'Extend the lease of a running job by its own length (locked_at = now) so jobq.reap leaves it alone; returns the new locked_at. Refuses a stale lease with JQ001.';
+    'Extend the lease of a running job by its own length (locked_at = now; never past its deadline) so jobq.reap leaves it alone; returns the new locked_at. Refuses a stale lease with JQ001, a timed-out attempt with JQ003.';
 REVOKE ALL ON FUNCTION jobq.heartbeat(bigint, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.heartbeat(bigint, bigint) TO @extowner@;
 
 /*
  * jobq.heartbeat_many(ids, leases): the ids whose lease was extended by its
- * own length, as jobq.heartbeat does, ascending: the jobs still running
- * under the lease given.  A pair whose lease is not current, or whose job is no longer
- * running, is left out, not raised, so a worker extends every job in hand
- * with one statement and learns which it lost.  One UPDATE; locks the rows it
- * changes.  Raises like jobq._check_pairs.
+ * own length, as jobq.heartbeat does (never past the job's deadline),
+ * ascending: the jobs still running under the lease given.  A pair whose
+ * lease is not current, or whose job is no longer running, is left out, not
+ * raised, so a worker extends every job in hand with one statement and
+ * learns which it lost.  One UPDATE; locks the rows it changes.  Raises like
+ * jobq._check_pairs.
  */
 CREATE FUNCTION jobq.heartbeat_many(ids bigint[], leases bigint[])
 RETURNS SETOF bigint
@@ -261,17 +363,7 @@ AS $$
 BEGIN
     PERFORM jobq._check_pairs(heartbeat_many.ids, heartbeat_many.leases);
     RETURN QUERY
-    WITH extended AS (
-        UPDATE jobq.jobs AS j
-           SET locked_at        = statement_timestamp(),
-               lease_expires_at = statement_timestamp() + (j.lease_expires_at - j.locked_at)
-          -- the pairs drive the join, as in jobq._acknowledge
-          FROM unnest((SELECT heartbeat_many.ids), (SELECT heartbeat_many.leases)) AS a(id, lease)
-         WHERE j.id = a.id AND j.lease = a.lease
-           AND (j.status = 'running') IS TRUE  -- by primary key, as in jobq._acknowledge
-        RETURNING j.id
-    )
-    SELECT e.id FROM extended AS e ORDER BY e.id;
+    SELECT h.id FROM jobq._extend(heartbeat_many.ids, heartbeat_many.leases) AS h ORDER BY h.id;
 END
 $$;
 COMMENT ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) IS
@@ -280,10 +372,68 @@ REVOKE ALL ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) TO @extowner@;
 
 /*
+ * jobq._extend(ids, leases): the jobs of the (id, lease) pairs still running
+ * under that lease, their leases extended as jobq.heartbeat does (never
+ * past the deadline), in no particular order.  The caller checks the
+ * arrays.  One UPDATE; locks the rows it changes.
+ */
+CREATE FUNCTION jobq._extend(ids bigint[], leases bigint[])
+RETURNS SETOF jobq.jobs
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 20
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN QUERY
+    UPDATE jobq.jobs AS j
+       SET locked_at        = statement_timestamp(),
+           lease_expires_at = least(statement_timestamp() + (j.lease_expires_at - j.locked_at), j.deadline)
+      -- the pairs drive the join, as in jobq._acknowledge
+      FROM unnest((SELECT _extend.ids), (SELECT _extend.leases)) AS a(id, lease)
+     WHERE j.id = a.id AND j.lease = a.lease
+       AND (j.status = 'running') IS TRUE  -- by primary key, as in jobq._acknowledge
+    RETURNING j.*;
+END
+$$;
+COMMENT ON FUNCTION jobq._extend(bigint[], bigint[]) IS
+    'Internal: extend the leases of the (id, lease) pairs still running under that lease; returns their jobs.';
+REVOKE ALL ON FUNCTION jobq._extend(bigint[], bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._extend(bigint[], bigint[]) TO @extowner@;
+
+/*
+ * jobq.heartbeat_status(ids, leases): for each pair still running under the
+ * lease given, by ascending id: its lease extended as jobq.heartbeat_many
+ * does, the new lease_expires_at (not after now once the job's deadline has
+ * passed: it is about to be reaped) and cancel_requested (jobq.cancel asked
+ * its worker to stop it).  Stale pairs are left out.  One UPDATE; locks the
+ * rows it changes.  Raises like jobq._check_pairs.
+ */
+CREATE FUNCTION jobq.heartbeat_status(ids bigint[], leases bigint[])
+RETURNS TABLE (id bigint, lease_expires_at timestamptz, cancel_requested boolean)
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 20
+-- SECURITY DEFINER: like heartbeat, for workers without privileges on
+-- jobq.jobs.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM jobq._check_pairs(heartbeat_status.ids, heartbeat_status.leases);
+    RETURN QUERY
+    SELECT h.id, h.lease_expires_at, h.cancel_requested_at IS NOT NULL
+      FROM jobq._extend(heartbeat_status.ids, heartbeat_status.leases) AS h
+     ORDER BY h.id;
+END
+$$;
+COMMENT ON FUNCTION jobq.heartbeat_status(bigint[], bigint[]) IS
+    'Extend the leases of many running jobs like heartbeat_many; returns, per job still held, its new lease_expires_at and whether a cancel was requested.';
+REVOKE ALL ON FUNCTION jobq.heartbeat_status(bigint[], bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.heartbeat_status(bigint[], bigint[]) TO @extowner@;
+
+/*
  * jobq.release(id, lease): hands a claimed job back unstarted (a worker
- * shutting down): running -> queued, run_at kept, the attempt not counted.
- * The lease is spent all the same.  Locks the job's row.  Raises 22004,
- * JQ002, JQ001 like jobq.complete.
+ * shutting down): running -> queued, run_at kept, the attempt not counted;
+ * cancelled instead when jobq.cancel asked its worker to stop.  The lease
+ * is spent all the same.  Locks the job's row.  Raises 22004, JQ002, JQ001
+ * like jobq.complete.
  */
 CREATE FUNCTION jobq.release(id bigint, lease bigint)
 RETURNS void
@@ -296,7 +446,9 @@ AS $$
 BEGIN
     PERFORM jobq._check_lease(release.id, release.lease);
     UPDATE jobq.jobs AS j
-       SET status = 'queued', attempts = j.attempts - 1
+       SET status      = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
+           attempts    = CASE WHEN j.cancel_requested_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
+           finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN statement_timestamp() END
      WHERE j.id = release.id AND j.lease = release.lease AND j.status = 'running';
     IF NOT FOUND THEN
         PERFORM jobq._raise_not_held(release.id, release.lease);
@@ -304,6 +456,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.release(bigint, bigint) IS
-    'Hand a claimed, unstarted job back to the queue without counting the attempt. Refuses a stale lease with JQ001.';
+    'Hand a claimed, unstarted job back to the queue without counting the attempt (cancelled, if a cancel was requested). Refuses a stale lease with JQ001.';
 REVOKE ALL ON FUNCTION jobq.release(bigint, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.release(bigint, bigint) TO @extowner@;

@@ -5,9 +5,10 @@
 /*
  * jobq.reap(stale): the recovered jobs, by id: running jobs whose lease has
  * expired (lease_expires_at, set by claim from its lease_timeout and moved on
- * by every heartbeat) go back to queued (after the retry backoff), or to
- * failed when out of attempts; a note naming the lost lease is appended to
- * last_error.  Each job is judged by its own lease, so workers with
+ * by every heartbeat, never past the job's deadline) go back to queued
+ * (after the queue's retry backoff), or to failed when out of attempts, or
+ * to cancelled when jobq.cancel asked their worker to stop; a note naming
+ * the lost lease, or the timeout that passed, is appended to last_error.  Each job is judged by its own lease, so workers with
  * different lease lengths never reap each other's live jobs.  stale (default
  * NULL) only ever holds reaping back: given, a job must also have been
  * claimed or extended more than stale ago (kept from 0.3.0, where stale was
@@ -40,12 +41,20 @@ BEGIN
            FOR NO KEY UPDATE SKIP LOCKED
     ), reaped AS (
         UPDATE jobq.jobs AS j
-           SET status      = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
-               run_at      = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
-                                  ELSE statement_timestamp() + jobq._backoff(j.attempts) END,
-               finished_at = CASE WHEN j.attempts >= j.max_attempts THEN statement_timestamp() END,
+           SET status      = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                                  WHEN j.attempts >= coalesce(j.max_attempts, 3) THEN 'failed'
+                                  ELSE 'queued' END,
+               run_at      = CASE WHEN j.cancel_requested_at IS NULL AND j.attempts < coalesce(j.max_attempts, 3)
+                                  THEN statement_timestamp() + jobq._retry_delay(j.queue, j.attempts)
+                                  ELSE j.run_at END,
+               finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= coalesce(j.max_attempts, 3)
+                                  THEN statement_timestamp() END,
                last_error  = right(concat_ws(E'\n', j.last_error,
-                                             format('reaped: lease %s of %s went stale', j.lease, j.locked_by)),
+                                             CASE WHEN j.deadline <= statement_timestamp()
+                                                  THEN format('reaped: lease %s of %s timed out at its deadline %s',
+                                                              j.lease, j.locked_by, j.deadline)
+                                                  ELSE format('reaped: lease %s of %s went stale',
+                                                              j.lease, j.locked_by) END),
                                    2000)
           FROM expired
          WHERE j.id = expired.id
@@ -55,7 +64,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.reap(interval) IS
-    'Recover running jobs whose lease expired: back to queued, or failed when out of attempts. Returns them. stale, when given, also requires the lease to be older than stale.';
+    'Recover running jobs whose lease expired or whose timeout passed: back to queued, failed when out of attempts, cancelled when a cancel was requested. Returns them. stale, when given, also requires the lease to be older than stale.';
 REVOKE ALL ON FUNCTION jobq.reap(interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.reap(interval) TO @extowner@;
 
@@ -63,8 +72,10 @@ GRANT EXECUTE ON FUNCTION jobq.reap(interval) TO @extowner@;
  * jobq.retry_failed(queue, ids): the ids redriven, ascending.  Failed jobs
  * (of queue, and among ids, when given) go back to queued, runnable now, with
  * attempts reset; their lease counter is kept, so old leases stay refused.
- * last_error is kept.  Notifies the queues concerned.  Raises 22023 for a bad
- * queue name.
+ * last_error is kept.  A failed job whose unique key is held by a newer job
+ * stays failed (a notice names both), so a redrive never makes two holders.
+ * Notifies the queues concerned.  Locks the rows it redrives.  Raises 22023
+ * for a bad queue name.
  */
 CREATE FUNCTION jobq.retry_failed(queue text DEFAULT NULL, ids bigint[] DEFAULT NULL)
 RETURNS SETOF bigint
@@ -74,33 +85,58 @@ AS $$
 DECLARE
     redriven_ids    bigint[];
     redriven_queues text[];
+    keyed           record;
 BEGIN
     IF retry_failed.queue IS NOT NULL THEN
         PERFORM jobq._check_queue(retry_failed.queue);
     END IF;
+    -- jobs without a unique key, all at once
     WITH redriven AS (
         UPDATE jobq.jobs AS j
            SET status = 'queued', attempts = 0, run_at = statement_timestamp(), finished_at = NULL
-         WHERE j.status = 'failed'
+         WHERE j.status = 'failed' AND j.unique_key IS NULL
            AND (retry_failed.queue IS NULL OR j.queue = retry_failed.queue)
            AND (retry_failed.ids IS NULL OR j.id = ANY (retry_failed.ids))
         RETURNING j.id, j.queue
     )
-    SELECT array_agg(r.id ORDER BY r.id), array_agg(DISTINCT r.queue)
+    SELECT coalesce(array_agg(r.id), '{}'), coalesce(array_agg(DISTINCT r.queue), '{}')
       INTO redriven_ids, redriven_queues
       FROM redriven AS r;
-    PERFORM pg_notify(jobq.channel(q.queue), '') FROM unnest(redriven_queues) AS q(queue);
-    RETURN QUERY SELECT r.id FROM unnest(redriven_ids) AS r(id);
+    -- jobs with one, one by one: the unique index refuses the job whose key
+    -- a newer job holds, and that job stays failed
+    FOR keyed IN
+        SELECT j.id, j.queue, j.unique_key
+          FROM jobq.jobs AS j
+         WHERE j.status = 'failed' AND j.unique_key IS NOT NULL
+           AND (retry_failed.queue IS NULL OR j.queue = retry_failed.queue)
+           AND (retry_failed.ids IS NULL OR j.id = ANY (retry_failed.ids))
+         ORDER BY j.id
+    LOOP
+        BEGIN
+            UPDATE jobq.jobs AS j
+               SET status = 'queued', attempts = 0, run_at = statement_timestamp(), finished_at = NULL
+             WHERE j.id = keyed.id AND j.status = 'failed';
+            IF FOUND THEN
+                redriven_ids := redriven_ids || keyed.id;
+                redriven_queues := redriven_queues || keyed.queue;
+            END IF;
+        EXCEPTION WHEN unique_violation THEN
+            RAISE NOTICE 'job % stays failed: its unique key % is held by a newer job of queue %',
+                         keyed.id, quote_literal(keyed.unique_key), quote_literal(keyed.queue);
+        END;
+    END LOOP;
+    PERFORM pg_notify(jobq.channel(q.queue), '') FROM (SELECT DISTINCT unnest(redriven_queues)) AS q(queue);
+    RETURN QUERY SELECT r.id FROM unnest(redriven_ids) AS r(id) ORDER BY r.id;
 END
 $$;
 COMMENT ON FUNCTION jobq.retry_failed(text, bigint[]) IS
-    'Dead-letter redrive: failed jobs (optionally of one queue, optionally only these ids) back to queued with attempts reset. Returns their ids.';
+    'Dead-letter redrive: failed jobs (optionally of one queue, optionally only these ids) back to queued with attempts reset. Returns their ids; a job whose unique key a newer job holds stays failed.';
 REVOKE ALL ON FUNCTION jobq.retry_failed(text, bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.retry_failed(text, bigint[]) TO @extowner@;
 
 /*
- * jobq.purge(older_than, max_rows): the number of jobs deleted: done jobs
- * (and failed ones too when include_failed) that finished more than
+ * jobq.purge(older_than, max_rows): the number of jobs deleted: done and
+ * cancelled jobs (and failed ones too when include_failed) that finished more than
  * older_than ago, at most max_rows of them, so a large backlog can be purged
  * in short transactions.  Skips rows locked by others.  Raises 22004 (NULL
  * argument), 22023 (older_than negative, max_rows outside 1..1000000).
@@ -135,7 +171,7 @@ BEGIN
     WITH doomed AS MATERIALIZED (
         SELECT j.id
           FROM jobq.jobs AS j
-         WHERE (j.status = 'done' OR (purge.include_failed AND j.status = 'failed'))
+         WHERE (j.status IN ('done', 'cancelled') OR (purge.include_failed AND j.status = 'failed'))
            AND j.finished_at < statement_timestamp() - purge.older_than
          LIMIT purge.max_rows
            FOR UPDATE SKIP LOCKED
@@ -146,18 +182,19 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.purge(interval, integer, boolean) IS
-    'Delete done jobs (and failed ones with include_failed) finished more than older_than ago, at most max_rows; returns how many.';
+    'Delete done and cancelled jobs (and failed ones with include_failed) finished more than older_than ago, at most max_rows; returns how many.';
 REVOKE ALL ON FUNCTION jobq.purge(interval, integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.purge(interval, integer, boolean) TO @extowner@;
 
 /*
  * jobq.stats(): one row per queue: how many jobs are queued (of which
- * runnable now), running, done and failed, and how long the oldest runnable
- * queued job has been waiting.  Reads the whole table; takes no row locks.
+ * runnable now), running, done and failed, how long the oldest runnable
+ * queued job has been waiting, and how many jobs are cancelled.  Reads the
+ * whole table; takes no row locks.
  */
 CREATE FUNCTION jobq.stats()
 RETURNS TABLE (queue text, queued bigint, runnable bigint, running bigint, done bigint,
-               failed bigint, oldest_queued_age interval)
+               failed bigint, oldest_queued_age interval, cancelled bigint)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -168,13 +205,14 @@ AS $$
            count(*) FILTER (WHERE j.status = 'done'),
            count(*) FILTER (WHERE j.status = 'failed'),
            statement_timestamp() - min(j.run_at) FILTER (WHERE j.status = 'queued'
-                                                         AND j.run_at <= statement_timestamp())
+                                                         AND j.run_at <= statement_timestamp()),
+           count(*) FILTER (WHERE j.status = 'cancelled')
       FROM jobq.jobs AS j
      GROUP BY j.queue
      ORDER BY j.queue
 $$;
 COMMENT ON FUNCTION jobq.stats() IS
-    'Per queue: counts of queued (and runnable now), running, done and failed jobs, and the wait of the oldest runnable job.';
+    'Per queue: counts of queued (and runnable now), running, done and failed jobs, the wait of the oldest runnable job, and the count of cancelled jobs.';
 REVOKE ALL ON FUNCTION jobq.stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.stats() TO @extowner@;
 

@@ -6,12 +6,17 @@
 --
 -- - producer: jobq.enqueue, jobq.enqueue_many;
 -- - worker:   jobq.claim, complete, complete_many, complete_and_claim, fail,
---             heartbeat, heartbeat_many, release, wait, and reap (it
---             recovers only jobs whose lease expired);
--- - admin:    both, and jobq.retry_failed, purge, stats, the jobq.health
---             view, SELECT, INSERT, UPDATE, DELETE on jobq.jobs (USAGE on
---             its sequence) and the internal helpers those need;
--- - every level: jobq.channel and jobq.version.
+--             snooze, heartbeat, heartbeat_many, heartbeat_status, release,
+--             wait (the registration), and reap (it recovers only jobs whose
+--             lease expired);
+-- - admin:    both, and jobq.retry_failed, purge, stats, cancel, pause,
+--             resume, configure_queue, the views jobq.health and jobq.queues,
+--             SELECT, INSERT, UPDATE, DELETE on jobq.jobs (USAGE on its
+--             sequence) and jobq.queue_settings, and the internal helpers
+--             those need;
+-- - every level: jobq.job, wait (for a job), watch (a producer sees only the
+--             jobs its role enqueued; workers and admins, every job),
+--             jobq.channel and jobq.version.
 ----------------------------------------------------------------------------
 
 /*
@@ -27,23 +32,31 @@ BEGIN
     -- one branch per level, so that planning one never plans the others
     IF _level_functions.level = 'producer' THEN
         RETURN ARRAY[
-                'jobq.enqueue(text, jsonb, integer, timestamptz, integer)',
-                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer)',
+                'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval)',
+                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, interval)',
+                'jobq.job(bigint)',
+                'jobq.wait(bigint, interval)',
+                'jobq.watch(bigint)',
                 'jobq.channel(text)',
                 'jobq.version()',
                 'jobq._check_queue(text)']::regprocedure[];
     ELSIF _level_functions.level = 'worker' THEN
         RETURN ARRAY[
                 'jobq.claim(text, integer, text, interval)',
-                'jobq.complete(bigint, bigint)',
-                'jobq.complete_many(bigint[], bigint[])',
-                'jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval)',
-                'jobq.fail(bigint, text, bigint)',
+                'jobq.complete(bigint, bigint, jsonb)',
+                'jobq.complete_many(bigint[], bigint[], jsonb[])',
+                'jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval, jsonb[])',
+                'jobq.fail(bigint, text, bigint, interval)',
+                'jobq.snooze(bigint, bigint, interval)',
                 'jobq.heartbeat(bigint, bigint)',
                 'jobq.heartbeat_many(bigint[], bigint[])',
+                'jobq.heartbeat_status(bigint[], bigint[])',
                 'jobq.release(bigint, bigint)',
                 'jobq.reap(interval)',
                 'jobq.wait(text, text, interval)',
+                'jobq.job(bigint)',
+                'jobq.wait(bigint, interval)',
+                'jobq.watch(bigint)',
                 'jobq.channel(text)',
                 'jobq.version()',
                 'jobq._check_queue(text)']::regprocedure[];
@@ -56,11 +69,16 @@ BEGIN
                                      'jobq.retry_failed(text, bigint[])',
                                      'jobq.purge(interval, integer, boolean)',
                                      'jobq.stats()',
+                                     'jobq.cancel(bigint[], boolean)',
+                                     'jobq.pause(text)',
+                                     'jobq.resume(text)',
+                                     'jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[])',
+                                     'jobq._queues()',
                                      'jobq._check_payload(jsonb, text)',
                                      'jobq._check_options(integer, timestamptz, integer)',
                                      'jobq._check_lease(bigint, bigint)',
                                      'jobq._raise_not_held(bigint, bigint)',
-                                     'jobq._backoff(integer)']::regprocedure[]) AS f
+                                     'jobq._retry_delay(text, integer)']::regprocedure[]) AS f
                  ORDER BY f);
     END IF;
     RETURN NULL;
@@ -105,8 +123,8 @@ GRANT EXECUTE ON FUNCTION jobq._grantee(regrole) TO @extowner@;
 /*
  * jobq._grant_level(role, level): returns nothing.  Grants role USAGE on the
  * schema, EXECUTE on jobq._level_functions(level) and, for admin, table
- * privileges on jobq.jobs and its sequence and SELECT on jobq.health.  Runs
- * with the caller's rights.
+ * privileges on jobq.jobs, its sequence and jobq.queue_settings, and SELECT
+ * on the views jobq.health and jobq.queues.  Runs with the caller's rights.
  * Raises like jobq._grantee, and 22023 for an unknown level.
  */
 CREATE FUNCTION jobq._grant_level(role regrole, level text)
@@ -131,6 +149,8 @@ BEGIN
         EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.jobs TO %I', grantee);
         EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq TO %I', grantee);
         EXECUTE format('GRANT SELECT ON TABLE jobq.health TO %I', grantee);
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings TO %I', grantee);
+        EXECUTE format('GRANT SELECT ON TABLE jobq.queues TO %I', grantee);
     END IF;
 END
 $$;
@@ -145,7 +165,7 @@ LANGUAGE sql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT jobq._grant_level(grant_producer.role, 'producer') $$;
 COMMENT ON FUNCTION jobq.grant_producer(regrole) IS
-    'Let role enqueue jobs (jobq.enqueue, jobq.enqueue_many); no access to the jobs table. Owner or superuser only.';
+    'Let role enqueue jobs (jobq.enqueue, jobq.enqueue_many) and follow its own (jobq.job, wait, watch); no access to the jobs table. Owner or superuser only.';
 REVOKE ALL ON FUNCTION jobq.grant_producer(regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.grant_producer(regrole) TO @extowner@;
 
@@ -155,7 +175,7 @@ LANGUAGE sql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT jobq._grant_level(grant_worker.role, 'worker') $$;
 COMMENT ON FUNCTION jobq.grant_worker(regrole) IS
-    'Let role work jobs (claim, heartbeat, complete, fail, release and their batch forms) and recover expired leases (reap); no access to the jobs table. Owner or superuser only.';
+    'Let role work jobs (claim, heartbeat, complete, fail, snooze, release and their batch forms), recover expired leases (reap) and look jobs up (job, wait, watch); no access to the jobs table. Owner or superuser only.';
 REVOKE ALL ON FUNCTION jobq.grant_worker(regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.grant_worker(regrole) TO @extowner@;
 
@@ -165,7 +185,7 @@ LANGUAGE sql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT jobq._grant_level(grant_admin.role, 'admin') $$;
 COMMENT ON FUNCTION jobq.grant_admin(regrole) IS
-    'Let role do everything with the queue: every function, retry_failed, purge, stats, jobq.health, and read and write jobq.jobs. Owner or superuser only.';
+    'Let role do everything with the queue: every function, retry_failed, purge, stats, cancel, pause, resume, configure_queue, jobq.health, jobq.queues, and read and write jobq.jobs and jobq.queue_settings. Owner or superuser only.';
 REVOKE ALL ON FUNCTION jobq.grant_admin(regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.grant_admin(regrole) TO @extowner@;
 
@@ -190,6 +210,8 @@ BEGIN
     EXECUTE format('REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.jobs FROM %I', grantee);
     EXECUTE format('REVOKE USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq FROM %I', grantee);
     EXECUTE format('REVOKE SELECT ON TABLE jobq.health FROM %I', grantee);
+    EXECUTE format('REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings FROM %I', grantee);
+    EXECUTE format('REVOKE SELECT ON TABLE jobq.queues FROM %I', grantee);
 END
 $$;
 COMMENT ON FUNCTION jobq.revoke_all(regrole) IS

@@ -1,0 +1,292 @@
+----------------------------------------------------------------------------
+-- Queues: each queue's policy, stored in the database, so that a worker in
+-- any language applies the same one.  A queue needs no row: without one it
+-- runs on the defaults, and claim finds nothing to apply.
+----------------------------------------------------------------------------
+
+CREATE TABLE jobq.queue_settings (
+    queue          text             NOT NULL,
+    paused         boolean          NOT NULL DEFAULT false,
+    max_attempts   integer,
+    backoff_base   interval,
+    backoff_max    interval,
+    backoff_jitter double precision,
+    lease_timeout  interval,
+    timeout        interval,
+    updated_at     timestamptz      NOT NULL DEFAULT pg_catalog.now(),
+    CONSTRAINT queue_settings_pkey PRIMARY KEY (queue)
+);
+COMMENT ON TABLE jobq.queue_settings IS
+    'Each configured queue''s policy (jobq.configure_queue, pause, resume); NULL: the default. Read it through the view jobq.queues.';
+COMMENT ON COLUMN jobq.queue_settings.queue IS 'The queue.';
+COMMENT ON COLUMN jobq.queue_settings.paused IS 'No claim hands out the queue''s jobs while true (jobq.pause, jobq.resume).';
+COMMENT ON COLUMN jobq.queue_settings.max_attempts IS 'Attempts of a job enqueued without max_attempts; default 3.';
+COMMENT ON COLUMN jobq.queue_settings.backoff_base IS 'Retry delay after attempt a: least(backoff_max, backoff_base * 2^a); default 1 second.';
+COMMENT ON COLUMN jobq.queue_settings.backoff_max IS 'The longest retry delay; default 300 seconds.';
+COMMENT ON COLUMN jobq.queue_settings.backoff_jitter IS 'Between 0 and 1: each delay is shortened by up to this fraction, at random; default 0.';
+COMMENT ON COLUMN jobq.queue_settings.lease_timeout IS 'The lease of a claim that names none; default 60 seconds.';
+COMMENT ON COLUMN jobq.queue_settings.timeout IS 'The longest an attempt may run when its job sets no timeout; default none.';
+COMMENT ON COLUMN jobq.queue_settings.updated_at IS 'When the row last changed.';
+
+-- pg_dump keeps the settings, like the jobs.
+SELECT pg_catalog.pg_extension_config_dump('jobq.queue_settings', '');
+
+REVOKE ALL ON TABLE jobq.queue_settings FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings TO @extowner@;
+
+/*
+ * jobq._queues(): one row per queue that is configured or has queued or
+ * running jobs, with its effective settings (the defaults filled in).  The
+ * queues with jobs are found by skipping through the claim and reap
+ * indexes, one probe per queue, so a long backlog is never read.  Runs with
+ * the caller's rights (the admin level reads the tables).
+ */
+CREATE FUNCTION jobq._queues()
+RETURNS TABLE (queue text, paused boolean, max_attempts integer, backoff_base interval,
+               backoff_max interval, backoff_jitter double precision, lease_timeout interval,
+               timeout interval, configured boolean)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH RECURSIVE queued (queue) AS (
+        (SELECT j.queue FROM jobq.jobs AS j WHERE j.status = 'queued' ORDER BY j.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.queue FROM jobq.jobs AS j
+                 WHERE j.status = 'queued' AND j.queue > q.queue ORDER BY j.queue LIMIT 1)
+          FROM queued AS q
+         WHERE q.queue IS NOT NULL
+    ), running (queue) AS (
+        (SELECT j.queue FROM jobq.jobs AS j WHERE j.status = 'running' ORDER BY j.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.queue FROM jobq.jobs AS j
+                 WHERE j.status = 'running' AND j.queue > r.queue ORDER BY j.queue LIMIT 1)
+          FROM running AS r
+         WHERE r.queue IS NOT NULL
+    ), known (queue) AS (
+        SELECT q.queue FROM queued AS q WHERE q.queue IS NOT NULL
+        UNION
+        SELECT r.queue FROM running AS r WHERE r.queue IS NOT NULL
+        UNION
+        SELECT s.queue FROM jobq.queue_settings AS s
+    )
+    SELECT k.queue,
+           coalesce(s.paused, false),
+           coalesce(s.max_attempts, 3),
+           coalesce(s.backoff_base, interval '1 second'),
+           coalesce(s.backoff_max, interval '300 seconds'),
+           coalesce(s.backoff_jitter, 0),
+           coalesce(s.lease_timeout, interval '60 seconds'),
+           s.timeout,
+           s.queue IS NOT NULL
+      FROM known AS k
+      LEFT JOIN jobq.queue_settings AS s ON s.queue = k.queue
+     ORDER BY k.queue
+$$;
+COMMENT ON FUNCTION jobq._queues() IS 'Internal: the rows of the view jobq.queues.';
+REVOKE ALL ON FUNCTION jobq._queues() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._queues() TO @extowner@;
+
+CREATE VIEW jobq.queues AS SELECT q.* FROM jobq._queues() AS q;
+COMMENT ON VIEW jobq.queues IS
+    'Every queue that is configured or has queued or running jobs, with its effective settings (defaults filled in).';
+COMMENT ON COLUMN jobq.queues.queue IS 'The queue.';
+COMMENT ON COLUMN jobq.queues.paused IS 'No claim hands out its jobs (jobq.pause, jobq.resume).';
+COMMENT ON COLUMN jobq.queues.max_attempts IS 'Attempts of a job enqueued without max_attempts.';
+COMMENT ON COLUMN jobq.queues.backoff_base IS 'Retry delay after attempt a: least(backoff_max, backoff_base * 2^a), shortened by up to backoff_jitter.';
+COMMENT ON COLUMN jobq.queues.backoff_max IS 'The longest retry delay.';
+COMMENT ON COLUMN jobq.queues.backoff_jitter IS 'The fraction by which a retry delay is shortened at random, at most.';
+COMMENT ON COLUMN jobq.queues.lease_timeout IS 'The lease of a claim that names none.';
+COMMENT ON COLUMN jobq.queues.timeout IS 'The longest an attempt may run when its job sets no timeout; NULL: no limit.';
+COMMENT ON COLUMN jobq.queues.configured IS 'Whether the queue has a row in jobq.queue_settings.';
+REVOKE ALL ON TABLE jobq.queues FROM PUBLIC;
+GRANT SELECT ON TABLE jobq.queues TO @extowner@;
+
+/*
+ * jobq._retry_delay(queue, attempts): how long a job of queue waits before
+ * its next attempt, after attempts of them: least(backoff_max, backoff_base
+ * * 2^attempts), shortened at random by up to backoff_jitter of itself,
+ * from the queue's settings or the defaults (1 second, 300 seconds, 0: so
+ * 2^attempts seconds, at most 300).  Reads the queue's settings row.
+ */
+CREATE FUNCTION jobq._retry_delay(queue text, attempts integer)
+RETURNS interval
+LANGUAGE sql VOLATILE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT make_interval(secs => least(extract(epoch FROM coalesce(s.backoff_max, interval '300 seconds')),
+                                       extract(epoch FROM coalesce(s.backoff_base, interval '1 second'))
+                                       * 2 ^ least(greatest(_retry_delay.attempts, 0), 1000))
+                                 * (1 - coalesce(s.backoff_jitter, 0) * random()))
+      FROM (VALUES (1)) AS one (x)
+      LEFT JOIN jobq.queue_settings AS s ON s.queue = _retry_delay.queue
+$$;
+COMMENT ON FUNCTION jobq._retry_delay(text, integer) IS
+    'Internal: the retry delay of a job of the queue after the given number of attempts, by the queue''s backoff settings.';
+REVOKE ALL ON FUNCTION jobq._retry_delay(text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._retry_delay(text, integer) TO @extowner@;
+
+/*
+ * jobq.configure_queue(queue, max_attempts, backoff_base, backoff_max,
+ * backoff_jitter, lease_timeout, timeout, unset): the queue's row of
+ * jobq.queues after the change.  A NULL argument leaves its setting as it
+ * is; unset names settings to put back to their defaults.  Takes effect for
+ * the claims and failures that start after the commit; a job already claimed
+ * keeps the max_attempts, lease and deadline it was claimed with.  Locks the
+ * queue's settings row.  Raises 22004 (NULL queue), 22023 (bad queue name;
+ * max_attempts outside 1..1000; backoff_base not positive or over 1 day;
+ * backoff_max not positive or over 10 years; backoff_jitter outside 0..1;
+ * lease_timeout not positive or over 1 day; timeout not positive or over 30
+ * days; unset naming anything else, or a setting also given).
+ */
+CREATE FUNCTION jobq.configure_queue(
+    queue          text,
+    max_attempts   integer          DEFAULT NULL,
+    backoff_base   interval         DEFAULT NULL,
+    backoff_max    interval         DEFAULT NULL,
+    backoff_jitter double precision DEFAULT NULL,
+    lease_timeout  interval         DEFAULT NULL,
+    timeout        interval         DEFAULT NULL,
+    unset          text[]           DEFAULT '{}')
+RETURNS jobq.queues
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    settings constant text[] := ARRAY['max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter',
+                                      'lease_timeout', 'timeout'];
+    given    text[];
+    bad      bigint;
+    outcome  jobq.queues;
+BEGIN
+    PERFORM jobq._check_queue(configure_queue.queue);
+    IF configure_queue.max_attempts NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'max_attempts must be between 1 and 1000, got %', configure_queue.max_attempts
+            USING ERRCODE = '22023';
+    END IF;
+    IF configure_queue.backoff_base <= interval '0' OR configure_queue.backoff_base > interval '1 day' THEN
+        RAISE EXCEPTION 'backoff_base must be a positive interval of at most 1 day, got %', configure_queue.backoff_base
+            USING ERRCODE = '22023';
+    END IF;
+    IF configure_queue.backoff_max <= interval '0' OR configure_queue.backoff_max > interval '10 years' THEN
+        RAISE EXCEPTION 'backoff_max must be a positive interval of at most 10 years, got %', configure_queue.backoff_max
+            USING ERRCODE = '22023';
+    END IF;
+    IF configure_queue.backoff_jitter < 0 OR configure_queue.backoff_jitter > 1 THEN  -- NaN > 1 too
+        RAISE EXCEPTION 'backoff_jitter must be between 0 and 1, got %', configure_queue.backoff_jitter
+            USING ERRCODE = '22023';
+    END IF;
+    IF configure_queue.lease_timeout <= interval '0' OR configure_queue.lease_timeout > interval '1 day' THEN
+        RAISE EXCEPTION 'lease_timeout must be a positive interval of at most 1 day, got %', configure_queue.lease_timeout
+            USING ERRCODE = '22023';
+    END IF;
+    IF configure_queue.timeout <= interval '0' OR configure_queue.timeout > interval '30 days' THEN
+        RAISE EXCEPTION 'timeout must be a positive interval of at most 30 days, got %', configure_queue.timeout
+            USING ERRCODE = '22023';
+    END IF;
+    IF configure_queue.unset IS NULL THEN
+        RAISE EXCEPTION 'unset must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF array_ndims(configure_queue.unset) > 1 THEN
+        RAISE EXCEPTION 'unset must be a one-dimensional array, got % dimensions', array_ndims(configure_queue.unset)
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT u.position INTO bad
+      FROM unnest(configure_queue.unset) WITH ORDINALITY AS u (setting, position)
+     WHERE u.setting IS NULL OR NOT u.setting = ANY (settings)
+     ORDER BY u.position
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'unset[%] must name a setting (%), got %', bad, array_to_string(settings, ', '),
+                        quote_nullable(configure_queue.unset[bad])
+            USING ERRCODE = '22023';
+    END IF;
+    given := array_remove(ARRAY[
+                 CASE WHEN configure_queue.max_attempts IS NOT NULL THEN 'max_attempts' END,
+                 CASE WHEN configure_queue.backoff_base IS NOT NULL THEN 'backoff_base' END,
+                 CASE WHEN configure_queue.backoff_max IS NOT NULL THEN 'backoff_max' END,
+                 CASE WHEN configure_queue.backoff_jitter IS NOT NULL THEN 'backoff_jitter' END,
+                 CASE WHEN configure_queue.lease_timeout IS NOT NULL THEN 'lease_timeout' END,
+                 CASE WHEN configure_queue.timeout IS NOT NULL THEN 'timeout' END], NULL);
+    IF given && configure_queue.unset THEN
+        RAISE EXCEPTION 'unset must not name a setting also given, got %',
+                        array_to_string(ARRAY(SELECT unnest(given) INTERSECT SELECT unnest(configure_queue.unset)), ', ')
+            USING ERRCODE = '22023';
+    END IF;
+
+    INSERT INTO jobq.queue_settings AS s (queue, max_attempts, backoff_base, backoff_max, backoff_jitter,
+                                          lease_timeout, timeout)
+    VALUES (configure_queue.queue, configure_queue.max_attempts, configure_queue.backoff_base,
+            configure_queue.backoff_max, configure_queue.backoff_jitter, configure_queue.lease_timeout,
+            configure_queue.timeout)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE
+       SET max_attempts   = CASE WHEN 'max_attempts' = ANY (configure_queue.unset) THEN NULL
+                                 ELSE coalesce(excluded.max_attempts, s.max_attempts) END,
+           backoff_base   = CASE WHEN 'backoff_base' = ANY (configure_queue.unset) THEN NULL
+                                 ELSE coalesce(excluded.backoff_base, s.backoff_base) END,
+           backoff_max    = CASE WHEN 'backoff_max' = ANY (configure_queue.unset) THEN NULL
+                                 ELSE coalesce(excluded.backoff_max, s.backoff_max) END,
+           backoff_jitter = CASE WHEN 'backoff_jitter' = ANY (configure_queue.unset) THEN NULL
+                                 ELSE coalesce(excluded.backoff_jitter, s.backoff_jitter) END,
+           lease_timeout  = CASE WHEN 'lease_timeout' = ANY (configure_queue.unset) THEN NULL
+                                 ELSE coalesce(excluded.lease_timeout, s.lease_timeout) END,
+           timeout        = CASE WHEN 'timeout' = ANY (configure_queue.unset) THEN NULL
+                                 ELSE coalesce(excluded.timeout, s.timeout) END,
+           updated_at     = statement_timestamp();
+
+    SELECT q.* INTO outcome FROM jobq.queues AS q WHERE q.queue = configure_queue.queue;
+    RETURN outcome;
+END
+$$;
+COMMENT ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[]) IS
+    'Set a queue''s policy: max_attempts, backoff_base, backoff_max, backoff_jitter, lease_timeout, timeout (NULL: unchanged; unset: back to the default). Returns its row of jobq.queues.';
+REVOKE ALL ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[]) TO @extowner@;
+
+/*
+ * jobq.pause(queue): returns nothing.  From its commit on, no claim (in any
+ * language) hands out the queue's jobs: claim reads the flag in every call,
+ * so a claim that starts after the commit gets nothing, until jobq.resume.
+ * Jobs already running finish normally; enqueues go on.  Stored in
+ * jobq.queue_settings, so it survives restarts and dumps.  Locks the queue's
+ * settings row.  Raises 22004/22023 for a bad queue name.
+ */
+CREATE FUNCTION jobq.pause(queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM jobq._check_queue(pause.queue);
+    INSERT INTO jobq.queue_settings AS s (queue, paused)
+    VALUES (pause.queue, true)
+    ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE
+       SET paused = true, updated_at = statement_timestamp();
+END
+$$;
+COMMENT ON FUNCTION jobq.pause(text) IS
+    'Pause a queue: from the commit on, claims hand out none of its jobs (running jobs finish). Survives restarts.';
+REVOKE ALL ON FUNCTION jobq.pause(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.pause(text) TO @extowner@;
+
+/*
+ * jobq.resume(queue): returns nothing.  Undoes jobq.pause and notifies
+ * jobq_<queue>, so that waiting workers claim at once (polling workers find
+ * the jobs at their next poll).  Locks the queue's settings row.  Raises
+ * 22004/22023 for a bad queue name.
+ */
+CREATE FUNCTION jobq.resume(queue text)
+RETURNS void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM jobq._check_queue(resume.queue);
+    UPDATE jobq.queue_settings AS s
+       SET paused = false, updated_at = statement_timestamp()
+     WHERE s.queue = resume.queue AND s.paused;
+    PERFORM pg_notify('jobq_' || resume.queue, '');
+END
+$$;
+COMMENT ON FUNCTION jobq.resume(text) IS 'Resume a paused queue and wake its waiting workers.';
+REVOKE ALL ON FUNCTION jobq.resume(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.resume(text) TO @extowner@;

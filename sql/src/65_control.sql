@@ -1,0 +1,287 @@
+----------------------------------------------------------------------------
+-- Job control: cancelling jobs, and looking one up or waiting for it to
+-- finish.  Job ids are sequential and so guessable: producers see only the
+-- jobs their role enqueued (jobq._sees), workers and admins see every job,
+-- and cancelling is for admins.
+----------------------------------------------------------------------------
+
+/*
+ * jobq.cancel(ids, force): one row per known id, by id, with its status
+ * after the call: 'cancelled' (it was queued, scheduled or already
+ * cancelled, or running and force is true: its lease is refused from now
+ * on), 'cancel_requested' (running: its worker is asked to stop, through a
+ * notification on jobq_<queue> with the payload cancel:<id>,... and through
+ * jobq.heartbeat_status; it ends cancelled if it fails, snoozes, is
+ * released or reaped, and done if it completes), 'done' or 'failed'
+ * (finished: unchanged).  Unknown ids are left out.  Locks the jobs' rows
+ * FOR NO KEY UPDATE in id order, waiting for a claim or an acknowledgement
+ * in flight, so its decision is made on the job's newest state.  Raises
+ * 22004 (NULL ids or force), 22023 (ids multidimensional or holding NULL).
+ */
+CREATE FUNCTION jobq.cancel(ids bigint[], force boolean DEFAULT false)
+RETURNS TABLE (id bigint, status text)
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    known_ids bigint[];
+    queues    text[];
+    were      text[];  -- each job's status before
+    statuses  text[];  -- and after
+BEGIN
+    IF cancel.ids IS NULL THEN
+        RAISE EXCEPTION 'ids must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF array_ndims(cancel.ids) > 1 THEN
+        RAISE EXCEPTION 'ids must be a one-dimensional array, got % dimensions', array_ndims(cancel.ids)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(cancel.ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'ids must not contain NULL, found one at ids[%]', array_position(cancel.ids, NULL)
+            USING ERRCODE = '22023';
+    END IF;
+    IF cancel.force IS NULL THEN
+        RAISE EXCEPTION 'force must not be NULL' USING ERRCODE = '22004';
+    END IF;
+
+    WITH target AS MATERIALIZED (
+        -- the newest version of each job, locked (this waits for a claim in flight)
+        SELECT j.id, j.status AS was
+          FROM jobq.jobs AS j
+         WHERE j.id = ANY (cancel.ids)
+         ORDER BY j.id
+           FOR NO KEY UPDATE
+    ), changed AS (
+        UPDATE jobq.jobs AS j
+           SET status              = CASE WHEN t.was = 'queued' OR cancel.force THEN 'cancelled' ELSE j.status END,
+               finished_at         = CASE WHEN t.was = 'queued' OR cancel.force THEN statement_timestamp()
+                                          ELSE j.finished_at END,
+               cancel_requested_at = coalesce(j.cancel_requested_at, statement_timestamp())
+          FROM target AS t
+         WHERE j.id = t.id AND t.was IN ('queued', 'running')
+        RETURNING j.id, j.queue, j.status
+    )
+    SELECT array_agg(t.id ORDER BY t.id), array_agg(c.queue ORDER BY t.id), array_agg(t.was ORDER BY t.id),
+           array_agg(coalesce(c.status, t.was) ORDER BY t.id)
+      INTO known_ids, queues, were, statuses
+      FROM target AS t
+      LEFT JOIN changed AS c ON c.id = t.id;
+
+    -- tell the workers of the running ones, 500 ids per notification (under
+    -- the 8,000-byte limit of a payload)
+    PERFORM pg_notify('jobq_' || n.queue, 'cancel:' || n.ids)
+       FROM (SELECT r.queue, string_agg(r.id::text, ',' ORDER BY r.id) AS ids
+               FROM (SELECT o.id, o.queue, (row_number() OVER (PARTITION BY o.queue ORDER BY o.id) - 1) / 500 AS chunk
+                       FROM unnest(known_ids, queues, were) AS o (id, queue, was)
+                      WHERE o.was = 'running') AS r
+              GROUP BY r.queue, r.chunk) AS n;
+
+    RETURN QUERY
+    SELECT o.id, CASE WHEN o.status = 'running' THEN 'cancel_requested' ELSE o.status END
+      FROM unnest(known_ids, statuses) AS o (id, status)
+     ORDER BY o.id;
+END
+$$;
+COMMENT ON FUNCTION jobq.cancel(bigint[], boolean) IS
+    'Cancel jobs: queued ones at once, running ones by asking their worker (or at once with force, fencing the lease). Returns each known id with its status: cancelled, cancel_requested, done or failed.';
+REVOKE ALL ON FUNCTION jobq.cancel(bigint[], boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.cancel(bigint[], boolean) TO @extowner@;
+
+CREATE TYPE jobq.job_state AS (
+    id               bigint,
+    queue            text,
+    status           text,
+    attempts         integer,
+    max_attempts     integer,
+    result           jsonb,
+    last_error       text,
+    run_at           timestamptz,
+    created_at       timestamptz,
+    finished_at      timestamptz,
+    cancel_requested boolean
+);
+COMMENT ON TYPE jobq.job_state IS
+    'A job''s public state, as jobq.job, jobq.wait and jobq.watch return it (max_attempts with the queue''s default filled in).';
+
+/*
+ * jobq._sees(enqueued_by): whether the calling role may see a job that
+ * enqueued_by enqueued: a worker or an admin (EXECUTE on jobq.claim) sees
+ * every job, a producer only those of roles it is a member of.  The calling
+ * role is the session's SET ROLE, else its session user (a SECURITY DEFINER
+ * function runs as its owner, so current_user would name the owner).
+ */
+CREATE FUNCTION jobq._sees(enqueued_by text)
+RETURNS boolean
+LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    caller text := coalesce(nullif(current_setting('role'), 'none'), session_user);
+BEGIN
+    IF has_function_privilege(caller, 'jobq.claim(text, integer, text, interval)', 'EXECUTE') THEN
+        RETURN true;
+    END IF;
+    IF _sees.enqueued_by IS NULL OR NOT EXISTS (SELECT FROM pg_roles AS r WHERE r.rolname = _sees.enqueued_by) THEN
+        RETURN false;
+    END IF;
+    RETURN pg_has_role(caller, _sees.enqueued_by, 'MEMBER');
+END
+$$;
+COMMENT ON FUNCTION jobq._sees(text) IS
+    'Internal: whether the calling role may see a job enqueued by that role (workers and admins see all).';
+REVOKE ALL ON FUNCTION jobq._sees(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._sees(text) TO @extowner@;
+
+/*
+ * jobq.job(id): the job's public state (jobq.job_state).  Reads the row
+ * without locking it.  Raises 22004 (NULL id), JQ002 (no such job, or one
+ * the calling role may not see: the two look alike).
+ */
+CREATE FUNCTION jobq.job(id bigint)
+RETURNS jobq.job_state
+LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
+-- SECURITY DEFINER: producers read their own jobs without SELECT on jobq.jobs;
+-- jobq._sees decides which.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    state       jobq.job_state;
+    enqueued_by text;
+BEGIN
+    IF job.id IS NULL THEN
+        RAISE EXCEPTION 'id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    SELECT j.id, j.queue, j.status, j.attempts, coalesce(j.max_attempts, s.max_attempts, 3), j.result,
+           j.last_error, j.run_at, j.created_at, j.finished_at, j.cancel_requested_at IS NOT NULL,
+           j.enqueued_by
+      INTO state.id, state.queue, state.status, state.attempts, state.max_attempts, state.result,
+           state.last_error, state.run_at, state.created_at, state.finished_at, state.cancel_requested,
+           enqueued_by
+      FROM jobq.jobs AS j
+      LEFT JOIN jobq.queue_settings AS s ON s.queue = j.queue
+     WHERE j.id = job.id;
+    IF NOT FOUND OR NOT jobq._sees(enqueued_by) THEN
+        RAISE EXCEPTION 'id %: no such job', job.id
+            USING ERRCODE = 'JQ002';
+    END IF;
+    RETURN state;
+END
+$$;
+COMMENT ON FUNCTION jobq.job(bigint) IS
+    'A job''s public state: queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at, cancel_requested. Producers see only their own jobs (JQ002 otherwise).';
+REVOKE ALL ON FUNCTION jobq.job(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.job(bigint) TO @extowner@;
+
+/*
+ * jobq.wait(id, timeout): the job's state (jobq.job) once it is done, failed
+ * or cancelled; NULL if it is not by the end of timeout (default 10
+ * seconds, at most 60).  Polls inside the database: it reads the job, then
+ * sleeps 10 ms, doubling to at most 200 ms between reads.  While it waits,
+ * the calling statement holds its snapshot, and so holds back vacuum (and,
+ * behind a pooler, its server connection), which is why the timeout is
+ * bounded; a client that can LISTEN should use jobq.watch instead, as the
+ * Python client's wait does, and hold nothing while it waits.  Takes no
+ * locks.  Raises 22004 (NULL argument), 22023 (timeout negative or over 60
+ * seconds), JQ002 like jobq.job.
+ */
+CREATE FUNCTION jobq.wait(id bigint, timeout interval DEFAULT '10 seconds')
+RETURNS jobq.job_state
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: like jobq.job, for producers without SELECT on jobq.jobs.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    state    jobq.job_state;
+    deadline timestamptz;
+    pause    double precision := 0.01;
+BEGIN
+    IF wait.timeout IS NULL THEN
+        RAISE EXCEPTION 'timeout must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF wait.timeout < interval '0' OR wait.timeout > interval '60 seconds' THEN
+        RAISE EXCEPTION 'timeout must be an interval between 0 and 60 seconds, got %', wait.timeout
+            USING ERRCODE = '22023',
+                  HINT = 'A waiting call holds back vacuum; wait again, or LISTEN with jobq.watch.';
+    END IF;
+    deadline := clock_timestamp() + wait.timeout;
+    LOOP
+        state := jobq.job(wait.id);  -- each read a statement of its own, with a fresh snapshot
+        IF state.status IN ('done', 'failed', 'cancelled') THEN
+            RETURN state;
+        END IF;
+        EXIT WHEN clock_timestamp() >= deadline;
+        PERFORM pg_sleep(least(pause, extract(epoch FROM deadline - clock_timestamp())));
+        pause := least(pause * 2, 0.2);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION jobq.wait(bigint, interval) IS
+    'Wait up to timeout (at most 60 s) for a job to be done, failed or cancelled; returns its state then, NULL at the timeout. Polls; holds its snapshot while it waits.';
+REVOKE ALL ON FUNCTION jobq.wait(bigint, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.wait(bigint, interval) TO @extowner@;
+
+/*
+ * jobq.watch(id): the job's state (jobq.job), after asking for one
+ * notification on channel "jobq.done" (its payload: the id) when the job
+ * becomes done, failed or cancelled.  LISTEN "jobq.done" first (the name
+ * is quoted: it holds a dot, so it is no queue's channel), then watch, then
+ * wait for the id or poll: a job that finishes between the two is either
+ * returned finished or notified.  Locks the job's row briefly (FOR NO KEY
+ * UPDATE, waiting for a claim or an acknowledgement in flight) when it is
+ * not finished.  Raises 22004, JQ002 like jobq.job.
+ */
+CREATE FUNCTION jobq.watch(id bigint)
+RETURNS jobq.job_state
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: like jobq.job; it changes only the watched flag.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    state jobq.job_state := jobq.job(watch.id);  -- raises for a job the caller may not see
+BEGIN
+    IF state.status IN ('done', 'failed', 'cancelled') THEN
+        RETURN state;
+    END IF;
+    UPDATE jobq.jobs AS j
+       SET watched = true
+     WHERE j.id = watch.id AND j.status IN ('queued', 'running') AND j.watched IS NOT TRUE;
+    RETURN jobq.job(watch.id);
+END
+$$;
+COMMENT ON FUNCTION jobq.watch(bigint) IS
+    'Ask for a notification on channel "jobq.done" (payload: the id) when the job finishes; returns its state now.';
+REVOKE ALL ON FUNCTION jobq.watch(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.watch(bigint) TO @extowner@;
+
+/*
+ * jobq._notify_watchers(): the trigger of a watched job's status change:
+ * notifies "jobq.done" with the job's id when it became done, failed or
+ * cancelled.  The trigger's WHEN clause keeps it off unwatched jobs.
+ */
+CREATE FUNCTION jobq._notify_watchers()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF NEW.status IN ('done', 'failed', 'cancelled') THEN
+        PERFORM pg_notify('jobq.done', NEW.id::text);
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION jobq._notify_watchers() IS 'Internal: notifies "jobq.done" when a watched job finishes.';
+REVOKE ALL ON FUNCTION jobq._notify_watchers() FROM PUBLIC;
+
+-- Fires only for watched jobs (WHEN is checked in C, before any call), and
+-- only for updates that set status (heartbeats do not).
+CREATE TRIGGER jobs_watched_trg
+    AFTER UPDATE OF status ON jobq.jobs
+    FOR EACH ROW
+    WHEN (NEW.watched)
+    EXECUTE FUNCTION jobq._notify_watchers();
+COMMENT ON TRIGGER jobs_watched_trg ON jobq.jobs IS 'Notifies "jobq.done" when a job watched with jobq.watch finishes.';
