@@ -284,14 +284,14 @@ BEGIN
     IF unique_scope IS NULL THEN
         RAISE EXCEPTION 'unique_scope must not be NULL' USING ERRCODE = '22004';
     END IF;
-    IF unique_scope NOT IN ('active', 'until_done') THEN
+    IF unique_scope <> ALL (ARRAY['active', 'until_done']) THEN
         RAISE EXCEPTION 'unique_scope must be active or until_done, got %', quote_literal(left(unique_scope, 80))
             USING ERRCODE = '22023';
     END IF;
     IF on_conflict IS NULL THEN
         RAISE EXCEPTION 'on_conflict must not be NULL' USING ERRCODE = '22004';
     END IF;
-    IF on_conflict NOT IN ('return', 'skip', 'raise', 'replace') THEN
+    IF on_conflict <> ALL (ARRAY['return', 'skip', 'raise', 'replace']) THEN
         RAISE EXCEPTION 'on_conflict must be return, skip, raise or replace, got %', quote_literal(left(on_conflict, 80))
             USING ERRCODE = '22023';
     END IF;

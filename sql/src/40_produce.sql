@@ -51,13 +51,13 @@ BEGIN
             SELECT j.id, j.status INTO holder_id, holder_status
               FROM jobq.jobs AS j
              WHERE j.queue = _enqueue_unique.queue AND j.unique_key = _enqueue_unique.unique_key
-               AND (j.status IN ('queued', 'running') OR (j.status = 'done' AND j.unique_scope = 'until_done'))
+               AND (j.status = ANY (ARRAY['queued', 'running']) OR (j.status = 'done' AND j.unique_scope = 'until_done'))
                FOR NO KEY UPDATE;
         ELSE
             SELECT j.id, j.status INTO holder_id, holder_status
               FROM jobq.jobs AS j
              WHERE j.queue = _enqueue_unique.queue AND j.unique_key = _enqueue_unique.unique_key
-               AND (j.status IN ('queued', 'running') OR (j.status = 'done' AND j.unique_scope = 'until_done'));
+               AND (j.status = ANY (ARRAY['queued', 'running']) OR (j.status = 'done' AND j.unique_scope = 'until_done'));
         END IF;
         CONTINUE WHEN NOT FOUND;  -- it left the scope meanwhile: insert again
 

@@ -171,7 +171,7 @@ BEGIN
     WITH doomed AS MATERIALIZED (
         SELECT j.id
           FROM jobq.jobs AS j
-         WHERE (j.status IN ('done', 'cancelled') OR (purge.include_failed AND j.status = 'failed'))
+         WHERE (j.status = ANY (ARRAY['done', 'cancelled']) OR (purge.include_failed AND j.status = 'failed'))
            AND j.finished_at < statement_timestamp() - purge.older_than
          LIMIT purge.max_rows
            FOR UPDATE SKIP LOCKED

@@ -56,9 +56,10 @@ BEGIN
            SET status              = CASE WHEN t.was = 'queued' OR cancel.force THEN 'cancelled' ELSE j.status END,
                finished_at         = CASE WHEN t.was = 'queued' OR cancel.force THEN statement_timestamp()
                                           ELSE j.finished_at END,
-               cancel_requested_at = coalesce(j.cancel_requested_at, statement_timestamp())
+               cancel_requested_at = CASE WHEN t.was = 'running' THEN coalesce(j.cancel_requested_at, statement_timestamp())
+                                          ELSE j.cancel_requested_at END
           FROM target AS t
-         WHERE j.id = t.id AND t.was IN ('queued', 'running')
+         WHERE j.id = t.id AND t.was = ANY (ARRAY['queued', 'running'])
         RETURNING j.id, j.queue, j.status
     )
     SELECT array_agg(t.id ORDER BY t.id), array_agg(c.queue ORDER BY t.id), array_agg(t.was ORDER BY t.id),
@@ -195,7 +196,7 @@ AS $$
 DECLARE
     state    jobq.job_state;
     deadline timestamptz;
-    pause    double precision := 0.01;
+    pause    double precision := 0.01::double precision;
 BEGIN
     IF wait.timeout IS NULL THEN
         RAISE EXCEPTION 'timeout must not be NULL' USING ERRCODE = '22004';
@@ -208,12 +209,12 @@ BEGIN
     deadline := clock_timestamp() + wait.timeout;
     LOOP
         state := jobq.job(wait.id);  -- each read a statement of its own, with a fresh snapshot
-        IF state.status IN ('done', 'failed', 'cancelled') THEN
+        IF state.status = ANY (ARRAY['done', 'failed', 'cancelled']) THEN
             RETURN state;
         END IF;
         EXIT WHEN clock_timestamp() >= deadline;
-        PERFORM pg_sleep(least(pause, extract(epoch FROM deadline - clock_timestamp())));
-        pause := least(pause * 2, 0.2);
+        PERFORM pg_sleep(least(pause, extract(epoch FROM deadline - clock_timestamp())::double precision));
+        pause := least(pause * 2, 0.2::double precision);
     END LOOP;
     RETURN NULL;
 END
@@ -243,12 +244,12 @@ AS $$
 DECLARE
     state jobq.job_state := jobq.job(watch.id);  -- raises for a job the caller may not see
 BEGIN
-    IF state.status IN ('done', 'failed', 'cancelled') THEN
+    IF state.status = ANY (ARRAY['done', 'failed', 'cancelled']) THEN
         RETURN state;
     END IF;
     UPDATE jobq.jobs AS j
        SET watched = true
-     WHERE j.id = watch.id AND j.status IN ('queued', 'running') AND j.watched IS NOT TRUE;
+     WHERE j.id = watch.id AND j.status = ANY (ARRAY['queued', 'running']) AND j.watched IS NOT TRUE;
     RETURN jobq.job(watch.id);
 END
 $$;
@@ -268,7 +269,7 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF NEW.status IN ('done', 'failed', 'cancelled') THEN
+    IF NEW.status = ANY (ARRAY['done', 'failed', 'cancelled']) THEN
         PERFORM pg_notify('jobq.done', NEW.id::text);
     END IF;
     RETURN NULL;

@@ -125,10 +125,10 @@ def test_every_function_pins_its_search_path(db: Db) -> None:
     assert [row["function"] for row in rows if not row["pinned"]] == []
 
 
-def test_the_jobs_table_and_its_sequence_are_marked_for_pg_dump(db: Db) -> None:
+def test_the_jobs_table_its_sequence_and_the_queue_settings_are_marked_for_pg_dump(db: Db) -> None:
     config = scalar(db, "SELECT extconfig::regclass[]::text[] FROM pg_extension WHERE extname = 'pgjobq'")
 
-    assert sorted(config) == ["jobq.jobs", "jobq.jobs_id_seq"]
+    assert sorted(config) == ["jobq.jobs", "jobq.jobs_id_seq", "jobq.queue_settings"]
 
 
 # -- pg_dump and pg_restore ---------------------------------------------------
@@ -218,8 +218,8 @@ def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server
             privileges = restored.execute(
                 """
                 SELECT r.rolname,
-                       has_function_privilege(r.oid, 'jobq.enqueue_many(text, jsonb[], integer,'
-                                              ' timestamptz, integer)', 'EXECUTE') AS enqueue,
+                       has_function_privilege(r.oid, 'jobq.enqueue_many(text, jsonb[], integer, timestamptz,'
+                                              ' integer, text[], text, text, jsonb, interval)', 'EXECUTE') AS enqueue,
                        has_function_privilege(r.oid, 'jobq.claim(text, integer, text, interval)',
                                               'EXECUTE') AS claim
                   FROM pg_roles AS r WHERE r.rolname IN (%s, %s) ORDER BY r.rolname = %s DESC
@@ -235,11 +235,13 @@ def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server
 
 LEVEL_PRIVILEGES = """
     SELECT r.rolname,
-           has_function_privilege(r.oid, 'jobq.enqueue(text, jsonb, integer, timestamptz, integer)',
-                                  'EXECUTE') AS enqueue,
+           has_function_privilege(r.oid, 'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text,'
+                                         ' text, jsonb, interval)', 'EXECUTE') AS enqueue,
+           has_function_privilege(r.oid, 'jobq.job(bigint)', 'EXECUTE') AS job,
            has_function_privilege(r.oid, 'jobq.claim(text, integer, text, interval)', 'EXECUTE') AS claim,
            has_function_privilege(r.oid, 'jobq.complete_and_claim(bigint[], bigint[], text, integer, text,'
-                                         ' interval)', 'EXECUTE') AS complete_and_claim,
+                                         ' interval, jsonb[])', 'EXECUTE') AS complete_and_claim,
+           has_function_privilege(r.oid, 'jobq.snooze(bigint, bigint, interval)', 'EXECUTE') AS snooze,
            has_function_privilege(r.oid, 'jobq.reap(interval)', 'EXECUTE') AS reap,
            has_function_privilege(r.oid, 'jobq.version()', 'EXECUTE') AS version
       FROM pg_roles AS r WHERE r.rolname IN (%s, %s) ORDER BY r.rolname = %s DESC
@@ -261,8 +263,24 @@ def test_after_an_upgrade_by_a_superuser_pg_dump_and_restore_keep_the_levels_gra
         ):
             privileges = restored.execute(LEVEL_PRIVILEGES, (producer, worker, producer)).fetchall()
 
-    producing = {"enqueue": True, "claim": False, "complete_and_claim": False, "reap": False, "version": True}
-    working = {"enqueue": False, "claim": True, "complete_and_claim": True, "reap": True, "version": True}
+    producing = {
+        "enqueue": True,
+        "job": True,
+        "claim": False,
+        "complete_and_claim": False,
+        "snooze": False,
+        "reap": False,
+        "version": True,
+    }
+    working = {
+        "enqueue": False,
+        "job": True,
+        "claim": True,
+        "complete_and_claim": True,
+        "snooze": True,
+        "reap": True,
+        "version": True,
+    }
     expected = [{"rolname": producer, **producing}, {"rolname": worker, **working}]
     assert upgraded == expected
     assert privileges == expected

@@ -30,7 +30,7 @@ def test_enqueue_returns_the_id_of_a_new_queued_job_with_defaults(db: Db) -> Non
         "payload": {"to": "ada@example.com"},
         "status": "queued",
         "priority": 0,
-        "max_attempts": 3,
+        "max_attempts": None,  # the queue's, else 3: claim writes it
         "attempts": 0,
         "lease": 0,
         "locked_by": None,
