@@ -34,16 +34,14 @@ CREATE TABLE jobq.jobs (
     created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
     finished_at      timestamptz,
     lease_expires_at timestamptz,
-    -- 0.6.0: job control.  NULL for a plain job, except enqueued_by.
-    unique_key          text,
-    unique_scope        text,
-    headers             jsonb,
-    result              jsonb,
-    cancel_requested_at timestamptz,
-    timeout             interval,
-    deadline            timestamptz,
-    watched             boolean,
-    enqueued_by         text,
+    -- 0.6.0: job control.  Every column costs every statement that writes
+    -- the table, NULL or not (about 1,700 instructions an enqueue, 2,900 a
+    -- claim and its completion: bench/results/instructions.md), so job
+    -- control keeps to two; the rest lives in tables of its own
+    -- (jobq.unique_keys, jobq.results, jobq.deadlines), which only the jobs
+    -- that use it touch.
+    headers          jsonb,
+    control          smallint,
     CONSTRAINT jobs_pkey PRIMARY KEY (id)
 )
 -- Every job inserts one row, updates it twice and is eventually purged:
@@ -78,15 +76,8 @@ COMMENT ON COLUMN jobq.jobs.lease_expires_at IS 'When the current lease expires 
 COMMENT ON COLUMN jobq.jobs.last_error IS 'The last failure (at most 2,000 characters), with notes from the reaper.';
 COMMENT ON COLUMN jobq.jobs.created_at IS 'When the job was enqueued (the enqueueing transaction''s clock).';
 COMMENT ON COLUMN jobq.jobs.finished_at IS 'When the job became done, failed or cancelled.';
-COMMENT ON COLUMN jobq.jobs.unique_key IS 'With jobq.enqueue(unique_key => ...): at most one job of the queue holds the key while queued or running (or done, with unique_scope until_done). 1 to 512 characters.';
-COMMENT ON COLUMN jobq.jobs.unique_scope IS 'NULL (the key counts while the job is queued or running) or until_done (also while done, until purged).';
 COMMENT ON COLUMN jobq.jobs.headers IS 'Metadata for the worker (trace context, for example): a JSON object of at most 1 MiB, returned by claim.';
-COMMENT ON COLUMN jobq.jobs.result IS 'What the handler returned: any JSON value of at most 1 MiB, stored by complete (result => ...).';
-COMMENT ON COLUMN jobq.jobs.cancel_requested_at IS 'When jobq.cancel asked the worker of this running job to stop; the job then ends cancelled unless it completes.';
-COMMENT ON COLUMN jobq.jobs.timeout IS 'The longest an attempt may run (enqueue(timeout => ...)); NULL: the queue''s timeout, else none.';
-COMMENT ON COLUMN jobq.jobs.deadline IS 'Set by claim from the timeout: the lease is never extended past it, so jobq.reap recovers a hung attempt even though it heartbeats.';
-COMMENT ON COLUMN jobq.jobs.watched IS 'Set by jobq.watch: the job notifies channel "jobq.done" (payload: its id) when it becomes done, failed or cancelled.';
-COMMENT ON COLUMN jobq.jobs.enqueued_by IS 'The role that enqueued the job (its SET ROLE, else its session user); producers see only jobs of roles they are members of (jobq.job).';
+COMMENT ON COLUMN jobq.jobs.control IS 'Job control, as bits: 1, a cancel was requested (jobq.cancel) while it ran; 2, it is watched (jobq.watch); 4, it was enqueued with a unique key (jobq.unique_keys). NULL: none of these.';
 
 -- Serves jobq.claim exactly: its WHERE (queue, status, run_at) and its ORDER BY.
 CREATE INDEX jobs_claim_idx ON jobq.jobs (queue, priority DESC, run_at, id)
@@ -101,18 +92,6 @@ CREATE INDEX jobs_reap_idx ON jobq.jobs (queue)
     WHERE status OPERATOR(pg_catalog.=) 'running';
 COMMENT ON INDEX jobq.jobs_reap_idx IS 'Serves jobq.reap: the running jobs, by queue (a key heartbeats do not change).';
 
--- Serves unique jobs (jobq.enqueue(unique_key => ...)): at most one job per
--- queue and key while it counts.  Partial on unique_key, so plain jobs have
--- no entry; enqueue's INSERT ... ON CONFLICT DO NOTHING waits for a
--- conflicting insert still in flight, then yields to it.  Retries, reaps and
--- snoozes keep a job in the scope, so they never collide; a redrive
--- (jobq.retry_failed) may, and skips the job.
-CREATE UNIQUE INDEX jobs_unique_idx ON jobq.jobs (queue, unique_key)
-    WHERE unique_key IS NOT NULL
-      AND (status OPERATOR(pg_catalog.=) ANY (ARRAY['queued', 'running']::text[])
-           OR (status OPERATOR(pg_catalog.=) 'done' AND unique_scope OPERATOR(pg_catalog.=) 'until_done'));
-COMMENT ON INDEX jobq.jobs_unique_idx IS 'Unique jobs: one job per queue and unique_key while queued or running (or done, for unique_scope until_done).';
-
 -- pg_dump keeps every job and the id sequence's position.
 SELECT pg_catalog.pg_extension_config_dump('jobq.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('jobq.jobs_id_seq', '');
@@ -121,3 +100,71 @@ REVOKE ALL ON TABLE jobq.jobs FROM PUBLIC;
 REVOKE ALL ON SEQUENCE jobq.jobs_id_seq FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.jobs TO @extowner@;
 GRANT USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq TO @extowner@;
+
+-- Unique jobs, one row per queue and key: the job that holds the key.  Its
+-- primary key is the unique index that decides between concurrent
+-- enqueues of one key (jobq._take_key).  A table of its own, not an index
+-- on jobq.jobs: an index there would be opened and its predicate evaluated
+-- by every insert and every status change of every job, keyed or not, which
+-- cost plain queues 6% of a claim and its completion
+-- (bench/results/instructions.md); here only jobs with a key pay.  The row
+-- is not kept in step with its job: whether the holder still counts (it is
+-- queued or running, or done when until_done) is judged when
+-- another job wants the key, under the row's lock, so finishing, failing,
+-- retrying or cancelling a job never touches this table.  jobq.purge
+-- deletes the rows of the jobs it deletes.
+CREATE TABLE jobq.unique_keys (
+    queue      text    NOT NULL,
+    unique_key text    NOT NULL,
+    job_id     bigint  NOT NULL,
+    until_done boolean NOT NULL,
+    CONSTRAINT unique_keys_pkey PRIMARY KEY (queue, unique_key)
+);
+-- a job's key, for jobq.retry_failed and jobq.purge
+CREATE INDEX unique_keys_job_idx ON jobq.unique_keys (job_id);
+COMMENT ON INDEX jobq.unique_keys_job_idx IS 'The key a job holds, for redrives and purges.';
+COMMENT ON TABLE jobq.unique_keys IS
+    'Unique jobs: for each queue and key, the job that holds the key (it counts while queued or running, or done when until_done).';
+COMMENT ON COLUMN jobq.unique_keys.queue IS 'The queue.';
+COMMENT ON COLUMN jobq.unique_keys.unique_key IS 'The key.';
+COMMENT ON COLUMN jobq.unique_keys.job_id IS 'The job that holds the key, or held it last.';
+COMMENT ON COLUMN jobq.unique_keys.until_done IS 'The holder was enqueued with unique_scope until_done: it counts while done too, until purged.';
+SELECT pg_catalog.pg_extension_config_dump('jobq.unique_keys', '');
+REVOKE ALL ON TABLE jobq.unique_keys FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.unique_keys TO @extowner@;
+
+-- Results, one row per job that returned one (jobq.complete(result => ...)):
+-- a table of its own, so that results, which may be large, never widen the
+-- rows claims scan, and plain jobs never write one.  jobq.purge deletes the
+-- results of the jobs it deletes.
+CREATE TABLE jobq.results (
+    id     bigint NOT NULL,
+    result jsonb  NOT NULL,
+    CONSTRAINT results_pkey PRIMARY KEY (id)
+);
+COMMENT ON TABLE jobq.results IS 'What handlers returned: one row per done job that returned a result (read it with jobq.job).';
+COMMENT ON COLUMN jobq.results.id IS 'The job (jobq.jobs.id).';
+COMMENT ON COLUMN jobq.results.result IS 'Any JSON value of at most 1 MiB.';
+SELECT pg_catalog.pg_extension_config_dump('jobq.results', '');
+REVOKE ALL ON TABLE jobq.results FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.results TO @extowner@;
+
+-- Deadlines, one row per job claimed from a queue with a timeout
+-- (jobq.configure_queue(timeout => ...)), for the lease it was claimed
+-- under: heartbeats never extend that lease past the deadline, so
+-- jobq.reap recovers a hung attempt even though it heartbeats.  A row of an
+-- older lease is ignored.  jobq.purge deletes the rows of the jobs it
+-- deletes.
+CREATE TABLE jobq.deadlines (
+    id       bigint      NOT NULL,
+    lease    bigint      NOT NULL,
+    deadline timestamptz NOT NULL,
+    CONSTRAINT deadlines_pkey PRIMARY KEY (id)
+);
+COMMENT ON TABLE jobq.deadlines IS 'The deadline of the current attempt of jobs claimed from a queue with a timeout.';
+COMMENT ON COLUMN jobq.deadlines.id IS 'The job (jobq.jobs.id).';
+COMMENT ON COLUMN jobq.deadlines.lease IS 'The lease the deadline belongs to; a row of an older lease is ignored.';
+COMMENT ON COLUMN jobq.deadlines.deadline IS 'The lease is not extended past it: claim time + the queue''s timeout.';
+SELECT pg_catalog.pg_extension_config_dump('jobq.deadlines', '');
+REVOKE ALL ON TABLE jobq.deadlines FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.deadlines TO @extowner@;

@@ -263,15 +263,14 @@ REVOKE ALL ON FUNCTION jobq._check_results(bigint[], jsonb[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._check_results(bigint[], jsonb[]) TO @extowner@;
 
 /*
- * jobq._check_job_options(unique_key, unique_scope, on_conflict, headers,
- * timeout): returns nothing; raises 22004 for a NULL unique_scope or
- * on_conflict, 22023 for a unique_key that is not 1 to 512 characters, an
- * unique_scope other than active or until_done, an on_conflict other than
- * return, skip, raise or replace, headers that are not a JSON object, a
- * timeout not positive or over 30 days, and 54000 for headers over 1 MiB.
+ * jobq._check_job_options(unique_key, unique_scope, on_conflict, headers):
+ * returns nothing; raises 22004 for a NULL unique_scope or on_conflict,
+ * 22023 for a unique_key that is not 1 to 512 characters, a unique_scope
+ * other than active or until_done, an on_conflict other than return, skip,
+ * raise or replace, headers that are not a JSON object, and 54000 for
+ * headers over 1 MiB.
  */
-CREATE FUNCTION jobq._check_job_options(unique_key text, unique_scope text, on_conflict text,
-                                        headers jsonb, timeout interval)
+CREATE FUNCTION jobq._check_job_options(unique_key text, unique_scope text, on_conflict text, headers jsonb)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
@@ -298,13 +297,9 @@ BEGIN
     IF headers IS NOT NULL THEN
         PERFORM jobq._check_payload(headers, 'headers');
     END IF;
-    IF timeout <= interval '0' OR timeout > interval '30 days' THEN
-        RAISE EXCEPTION 'timeout must be a positive interval of at most 30 days, got %', timeout
-            USING ERRCODE = '22023';
-    END IF;
 END
 $$;
-COMMENT ON FUNCTION jobq._check_job_options(text, text, text, jsonb, interval) IS
-    'Internal: raises 22004/22023/54000 unless the unique, headers and timeout options of an enqueue are valid.';
-REVOKE ALL ON FUNCTION jobq._check_job_options(text, text, text, jsonb, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._check_job_options(text, text, text, jsonb, interval) TO @extowner@;
+COMMENT ON FUNCTION jobq._check_job_options(text, text, text, jsonb) IS
+    'Internal: raises 22004/22023/54000 unless the unique and headers options of an enqueue are valid.';
+REVOKE ALL ON FUNCTION jobq._check_job_options(text, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_job_options(text, text, text, jsonb) TO @extowner@;

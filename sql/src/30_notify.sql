@@ -11,8 +11,9 @@
 -- the queue's advisory lock exclusively, taken with pg_try_advisory_xact_lock
 -- (it never waits), and after that commits it claims once more before it
 -- sleeps.  A producer (jobq.enqueue, enqueue_many) takes the same lock
--- shared, also without waiting, and holds it to its commit; then, in a later
--- statement, with a fresh snapshot, it looks for waiters.  So:
+-- shared, also without waiting, and holds it to its commit; then, in a
+-- statement that starts after it, so with a snapshot taken after it, it
+-- looks for waiters.  So:
 --   - the producer's lock came first: the registration fails, and the worker
 --     claims again shortly, until it succeeds after the producer's commit,
 --     when the claim sees the job;
@@ -143,3 +144,24 @@ COMMENT ON FUNCTION jobq.wait(text, text, interval) IS
     'Register a worker as waiting on a queue for up_to, so enqueues notify jobq_<queue>; returns whether it registered (else claim again shortly) and the earliest future run_at of the queue.';
 REVOKE ALL ON FUNCTION jobq.wait(text, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.wait(text, text, interval) TO @extowner@;
+
+/*
+ * jobq._notify_finished(id): true, after notifying channel "jobq.done"
+ * with the id (jobq.watch).  The functions that finish a job call it for a
+ * watched one, in the statement that finishes it: written as
+ * "watched AND ... AND jobq._notify_finished(id)", so that an unwatched
+ * job costs one test of a NULL.
+ */
+CREATE FUNCTION jobq._notify_finished(id bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pg_notify('jobq.done', _notify_finished.id::text);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION jobq._notify_finished(bigint) IS 'Internal: notify "jobq.done" that the job finished; returns true.';
+REVOKE ALL ON FUNCTION jobq._notify_finished(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._notify_finished(bigint) TO @extowner@;

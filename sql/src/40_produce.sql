@@ -3,63 +3,101 @@
 ----------------------------------------------------------------------------
 
 /*
+ * jobq._take_key(queue, unique_key, until_done, job_id): NULL when the key
+ * now belongs to job_id (it was free, or held by a job that no longer
+ * counts: done without until_done, failed, cancelled or purged), else the
+ * id of the job that holds it and counts (queued or running, or done when
+ * the key was taken until_done).  The primary key of jobq.unique_keys
+ * decides, never a look before the insert: INSERT ... ON CONFLICT DO
+ * NOTHING waits for a conflicting insert in flight and yields to it once
+ * it commits (inserts, if it rolls back).  Locks the key's row (FOR NO KEY
+ * UPDATE, waiting) before it judges the holder, until the transaction
+ * ends: enqueues of one key follow each other, and a redrive of the holder
+ * (jobq.retry_failed, which locks the row too) is seen.  Raises 40001
+ * under REPEATABLE READ when the key's row changed after the snapshot
+ * (PostgreSQL's own error), or when the row was purged 5 times over.
+ */
+CREATE FUNCTION jobq._take_key(queue text, unique_key text, until_done boolean, job_id bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    holder         bigint;
+    holder_done_ok boolean;  -- the holder took the key until_done
+BEGIN
+    FOR round IN 1..5 LOOP
+        INSERT INTO jobq.unique_keys (queue, unique_key, job_id, until_done)
+        VALUES (_take_key.queue, _take_key.unique_key, _take_key.job_id, _take_key.until_done)
+        ON CONFLICT ON CONSTRAINT unique_keys_pkey DO NOTHING;
+        IF FOUND THEN
+            RETURN NULL;
+        END IF;
+        SELECT k.job_id, k.until_done INTO holder, holder_done_ok
+          FROM jobq.unique_keys AS k
+         WHERE k.queue = _take_key.queue AND k.unique_key = _take_key.unique_key
+           FOR NO KEY UPDATE;
+        CONTINUE WHEN NOT FOUND;  -- purged meanwhile: insert again
+        -- the holder as it is now (a statement of its own: a fresh snapshot)
+        IF holder = _take_key.job_id
+           OR NOT EXISTS (SELECT FROM jobq.jobs AS j
+                           WHERE j.id = holder
+                             AND (j.status = ANY (ARRAY['queued', 'running'])
+                                  OR (j.status = 'done' AND holder_done_ok))) THEN
+            UPDATE jobq.unique_keys AS k
+               SET job_id = _take_key.job_id, until_done = _take_key.until_done
+             WHERE k.queue = _take_key.queue AND k.unique_key = _take_key.unique_key;
+            RETURN NULL;
+        END IF;
+        RETURN holder;
+    END LOOP;
+    RAISE EXCEPTION 'unique key % of queue % changed hands too often to settle', quote_literal(_take_key.unique_key),
+                    quote_literal(_take_key.queue)
+        USING ERRCODE = '40001',
+              HINT = 'Retry the transaction.';
+END
+$$;
+COMMENT ON FUNCTION jobq._take_key(text, text, boolean, bigint) IS
+    'Internal: give a unique key to a job unless a job that still counts holds it; returns that holder, or NULL.';
+REVOKE ALL ON FUNCTION jobq._take_key(text, text, boolean, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._take_key(text, text, boolean, bigint) TO @extowner@;
+
+/*
  * jobq._enqueue_unique(queue, payload, priority, run_at, max_attempts,
- * unique_key, unique_scope, on_conflict, headers, timeout, enqueued_by):
- * enqueues a job with a unique key, or resolves the conflict with the job
- * that holds the key (see jobq.enqueue).  Returns id (the new job, the
- * holder, or NULL for skip) and changed (whether a job was inserted or
- * replaced, so that the caller wakes the queue's workers).
- *
- * The unique index decides, never a look before the insert: INSERT ... ON
- * CONFLICT DO NOTHING waits for a conflicting insert in flight and yields
- * to it once it commits (or inserts, if it rolls back).  The holder is then
- * read with a fresh snapshot; one that left the scope in between (finished,
- * cancelled) makes it try again, up to 5 rounds.  replace locks the holder
- * (FOR NO KEY UPDATE, waiting), so a claim in flight finishes first and the
- * holder's status is current.  The caller checks the arguments.  Raises
- * JQ004 (on_conflict raise), 40001 (5 rounds lost to jobs leaving the
- * scope; also raised by PostgreSQL under REPEATABLE READ when the holder
- * committed after the snapshot).
+ * unique_key, unique_scope, on_conflict, headers): enqueues a job with a
+ * unique key, or resolves the conflict with the job that holds the key
+ * (see jobq.enqueue).  Returns id (the new job, the holder, or NULL for
+ * skip) and changed (whether a job was inserted or replaced, so that the
+ * caller wakes the queue's workers).  The key is taken by jobq._take_key;
+ * replace locks the holder (FOR NO KEY UPDATE, waiting), so a claim in
+ * flight finishes first and the holder's status is current.  The caller
+ * checks the arguments.  Raises JQ004 (on_conflict raise), 40001 (as
+ * jobq._take_key, or 5 rounds of holders leaving).
  */
 CREATE FUNCTION jobq._enqueue_unique(
     queue text, payload jsonb, priority integer, run_at timestamptz, max_attempts integer,
-    unique_key text, unique_scope text, on_conflict text, headers jsonb, timeout interval, enqueued_by text,
+    unique_key text, unique_scope text, on_conflict text, headers jsonb,
     OUT id bigint, OUT changed boolean)
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    new_id        bigint := nextval('jobq.jobs_id_seq'::regclass);
     holder_id     bigint;
     holder_status text;
 BEGIN
     FOR round IN 1..5 LOOP
-        INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, unique_key, unique_scope,
-                               headers, timeout, enqueued_by)
-        VALUES (_enqueue_unique.queue, _enqueue_unique.payload, _enqueue_unique.priority,
-                _enqueue_unique.run_at, _enqueue_unique.max_attempts, _enqueue_unique.unique_key,
-                nullif(_enqueue_unique.unique_scope, 'active'), _enqueue_unique.headers,
-                _enqueue_unique.timeout, _enqueue_unique.enqueued_by)
-        ON CONFLICT DO NOTHING
-        RETURNING jobq.jobs.id INTO _enqueue_unique.id;
-        IF FOUND THEN
+        holder_id := jobq._take_key(_enqueue_unique.queue, _enqueue_unique.unique_key,
+                                    _enqueue_unique.unique_scope = 'until_done', new_id);
+        IF holder_id IS NULL THEN
+            INSERT INTO jobq.jobs (id, queue, payload, priority, run_at, max_attempts, headers, control)
+            VALUES (new_id, _enqueue_unique.queue, _enqueue_unique.payload, _enqueue_unique.priority,
+                    _enqueue_unique.run_at, _enqueue_unique.max_attempts, _enqueue_unique.headers,
+                    4);  -- enqueued with a unique key
+            id := new_id;
             changed := true;
             RETURN;
         END IF;
-
-        -- the holder: the job the unique index counts (its predicate, spelled out)
-        IF _enqueue_unique.on_conflict = 'replace' THEN
-            SELECT j.id, j.status INTO holder_id, holder_status
-              FROM jobq.jobs AS j
-             WHERE j.queue = _enqueue_unique.queue AND j.unique_key = _enqueue_unique.unique_key
-               AND (j.status = ANY (ARRAY['queued', 'running']) OR (j.status = 'done' AND j.unique_scope = 'until_done'))
-               FOR NO KEY UPDATE;
-        ELSE
-            SELECT j.id, j.status INTO holder_id, holder_status
-              FROM jobq.jobs AS j
-             WHERE j.queue = _enqueue_unique.queue AND j.unique_key = _enqueue_unique.unique_key
-               AND (j.status = ANY (ARRAY['queued', 'running']) OR (j.status = 'done' AND j.unique_scope = 'until_done'));
-        END IF;
-        CONTINUE WHEN NOT FOUND;  -- it left the scope meanwhile: insert again
 
         changed := false;
         IF _enqueue_unique.on_conflict = 'return' THEN
@@ -69,6 +107,7 @@ BEGIN
             id := NULL;
             RETURN;
         ELSIF _enqueue_unique.on_conflict = 'raise' THEN
+            SELECT j.status INTO holder_status FROM jobq.jobs AS j WHERE j.id = holder_id;
             RAISE EXCEPTION 'unique key % of queue % is held by job %', quote_literal(_enqueue_unique.unique_key),
                             quote_literal(_enqueue_unique.queue), holder_id
                 USING ERRCODE = 'JQ004',
@@ -76,26 +115,32 @@ BEGIN
                       HINT = 'on_conflict => ''return'' returns its id instead.';
         END IF;
 
-        -- replace (debounce)
+        -- replace (debounce): the holder, locked, as it is now
+        SELECT j.status INTO holder_status FROM jobq.jobs AS j WHERE j.id = holder_id FOR NO KEY UPDATE;
         IF holder_status = 'queued' THEN
             UPDATE jobq.jobs AS j
                SET payload = _enqueue_unique.payload, priority = _enqueue_unique.priority,
                    run_at = _enqueue_unique.run_at, max_attempts = _enqueue_unique.max_attempts,
-                   headers = _enqueue_unique.headers, timeout = _enqueue_unique.timeout
+                   headers = _enqueue_unique.headers
              WHERE j.id = holder_id;
             id := holder_id;
             changed := true;
             RETURN;
         ELSIF holder_status = 'running' THEN
             -- the running job runs on, but gives up the key and its retries
-            -- (a failure ends it failed), and the new job takes the key
+            -- (a failure ends it failed): the next round gives the key to
+            -- the new job
             UPDATE jobq.jobs AS j
-               SET unique_key = NULL, unique_scope = NULL, max_attempts = j.attempts
+               SET max_attempts = j.attempts
              WHERE j.id = holder_id;
-        ELSE
+            UPDATE jobq.unique_keys AS k  -- locked by jobq._take_key
+               SET job_id = new_id, until_done = _enqueue_unique.unique_scope = 'until_done'
+             WHERE k.queue = _enqueue_unique.queue AND k.unique_key = _enqueue_unique.unique_key;
+        ELSIF holder_status = 'done' THEN
             id := holder_id;  -- done (until_done): nothing left to replace
             RETURN;
         END IF;
+        -- the holder left the scope meanwhile, or gave up the key: take it again
     END LOOP;
     RAISE EXCEPTION 'unique key % of queue % changed hands too often to settle', quote_literal(_enqueue_unique.unique_key),
                     quote_literal(_enqueue_unique.queue)
@@ -103,29 +148,28 @@ BEGIN
               HINT = 'Retry the transaction.';
 END
 $$;
-COMMENT ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval, text) IS
+COMMENT ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) IS
     'Internal: enqueue a job with a unique key, or resolve the conflict with the job holding it.';
-REVOKE ALL ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval, text) TO @extowner@;
+REVOKE ALL ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) TO @extowner@;
 
 /*
  * jobq.enqueue(queue, payload, priority, run_at, max_attempts, unique_key,
- * unique_scope, on_conflict, headers, timeout): the new job's id.  Runs in
- * the caller's transaction: rolled back, the job never existed.  Inserts one
- * row; holds the queue's wake-up advisory lock shared (never waiting for it)
- * until the transaction ends, and notifies jobq_<queue> when a worker waits
- * (see 30_notify.sql).
+ * unique_scope, on_conflict, headers): the new job's id.  Runs in the
+ * caller's transaction: rolled back, the job never existed.  Inserts one
+ * row; holds the queue's wake-up advisory lock shared (never waiting for
+ * it) until the transaction ends, and notifies jobq_<queue> when a worker
+ * waits (see 30_notify.sql).
  *
  * Options: priority (higher first), run_at (not before), max_attempts (NULL:
  * the queue's, else 3), headers (a JSON object the worker receives with the
- * payload), timeout (the longest an attempt may run; NULL: the queue's).
- * With unique_key, while a job of the queue holding that key is queued or
- * running (or done, with unique_scope => 'until_done', until purged), no
- * second one is created; on_conflict decides what happens instead: return
- * (the holder's id), skip (NULL), raise (JQ004), replace (a queued holder
- * takes this call's payload, priority, run_at, max_attempts, headers and
- * timeout, and its id is returned; a running holder runs on but gives up
- * the key and its retries, and a new job is inserted; a done holder is
+ * payload).  With unique_key, while a job of the queue holding that key is
+ * queued or running (or done, with unique_scope => 'until_done', until
+ * purged), no second one is created; on_conflict decides what happens
+ * instead: return (the holder's id), skip (NULL), raise (JQ004), replace (a
+ * queued holder takes this call's payload, priority, run_at, max_attempts
+ * and headers, and its id is returned; a running holder runs on but gives
+ * up the key and its retries, and a new job is inserted; a done holder is
  * returned).  A conflicting enqueue still in flight is waited for.
  *
  * Raises 22004 (NULL argument), 22023 (bad queue name, payload not a JSON
@@ -135,8 +179,7 @@ GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz
  *
  * The hot path of producers: the checks are inline (a helper is called
  * only to raise, or to measure a payload that may be compressed), the work
- * is one INSERT and, for the wake-up, one lock and one look at
- * jobq._waiters.
+ * is the wake-up lock and one INSERT, which also looks at jobq._waiters.
  */
 CREATE FUNCTION jobq.enqueue(
     queue        text,
@@ -147,8 +190,7 @@ CREATE FUNCTION jobq.enqueue(
     unique_key   text        DEFAULT NULL,
     unique_scope text        DEFAULT 'active',
     on_conflict  text        DEFAULT 'return',
-    headers      jsonb       DEFAULT NULL,
-    timeout      interval    DEFAULT NULL)
+    headers      jsonb       DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: producers insert jobs without INSERT on jobq.jobs.
@@ -158,7 +200,7 @@ AS $$
 DECLARE
     new_id  bigint;
     locked  boolean;
-    changed boolean;
+    waiting boolean;  -- a worker waits for the queue
 BEGIN
     IF enqueue.queue IS NULL THEN
         RAISE EXCEPTION 'queue must not be NULL' USING ERRCODE = '22004';
@@ -178,52 +220,59 @@ BEGIN
     END IF;
     IF enqueue.priority IS NULL OR enqueue.priority NOT BETWEEN -32768 AND 32767
        OR enqueue.run_at IS NULL OR NOT isfinite(enqueue.run_at)
-       OR enqueue.run_at NOT BETWEEN now() - interval '10 years' AND now() + interval '10 years'
+       -- within 3,650 days is within 10 years; outside, _check_options decides on the calendar
+       OR NOT (enqueue.run_at - now() BETWEEN interval '-3650 days' AND interval '3650 days')
        OR enqueue.max_attempts NOT BETWEEN 1 AND 1000 THEN
-        PERFORM jobq._check_options(enqueue.priority, enqueue.run_at, enqueue.max_attempts);  -- raises
-    END IF;
-    -- the options of job control, checked by their helper only when one is given
-    IF enqueue.unique_key IS NOT NULL OR enqueue.unique_scope IS DISTINCT FROM 'active'
-       OR enqueue.on_conflict IS DISTINCT FROM 'return' OR enqueue.headers IS NOT NULL
-       OR enqueue.timeout IS NOT NULL THEN
-        PERFORM jobq._check_job_options(enqueue.unique_key, enqueue.unique_scope, enqueue.on_conflict,
-                                        enqueue.headers, enqueue.timeout);
+        PERFORM jobq._check_options(enqueue.priority, enqueue.run_at, enqueue.max_attempts);  -- raises if bad
     END IF;
 
-    IF enqueue.unique_key IS NULL THEN
-        INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, timeout, enqueued_by)
-        VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts,
-                enqueue.headers, enqueue.timeout, coalesce(nullif(current_setting('role'), 'none'), session_user))
-        RETURNING jobq.jobs.id INTO new_id;
+    -- the wake-up (30_notify.sql): the lock first, then, in the INSERT, so
+    -- with a snapshot taken after it, the look at the waiters
+    locked := pg_try_advisory_xact_lock_shared(hashtext('jobq._waiters'), hashtext(enqueue.queue));
+    IF enqueue.unique_key IS NULL AND enqueue.headers IS NULL
+       AND enqueue.on_conflict = 'return' AND enqueue.unique_scope = 'active' THEN
+        INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts)
+        VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts)
+        RETURNING jobq.jobs.id,
+                  EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now())
+             INTO new_id, waiting;
     ELSE
-        SELECT u.id, u.changed INTO new_id, changed
-          FROM jobq._enqueue_unique(enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at,
-                                    enqueue.max_attempts, enqueue.unique_key, enqueue.unique_scope,
-                                    enqueue.on_conflict, enqueue.headers, enqueue.timeout,
-                                    coalesce(nullif(current_setting('role'), 'none'), session_user)) AS u;
-        IF NOT changed THEN
-            RETURN new_id;  -- nothing new to run
+        -- the options of job control, checked by their helper
+        PERFORM jobq._check_job_options(enqueue.unique_key, enqueue.unique_scope, enqueue.on_conflict,
+                                        enqueue.headers);
+        IF enqueue.unique_key IS NULL THEN
+            -- the INSERT above with headers (kept apart so that the plain one keeps its plan)
+            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
+            VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts,
+                    enqueue.headers)
+            RETURNING jobq.jobs.id,
+                      EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now())
+                 INTO new_id, waiting;
+        ELSE
+            SELECT u.id, u.changed INTO new_id, waiting
+              FROM jobq._enqueue_unique(enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at,
+                                        enqueue.max_attempts, enqueue.unique_key, enqueue.unique_scope,
+                                        enqueue.on_conflict, enqueue.headers) AS u;
+            IF NOT waiting THEN
+                RETURN new_id;  -- nothing new to run: no wake-up
+            END IF;
+            waiting := EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now());
         END IF;
     END IF;
-
-    -- the wake-up (30_notify.sql): the lock first, then, in a statement of
-    -- its own and so with a snapshot taken after it, the look at the waiters
-    locked := pg_try_advisory_xact_lock_shared(hashtext('jobq._waiters'), hashtext(enqueue.queue));
-    IF NOT locked OR current_setting('transaction_isolation') <> 'read committed'
-       OR EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now()) THEN
+    IF waiting OR NOT locked OR current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM pg_notify('jobq_' || enqueue.queue, '');
     END IF;
     RETURN new_id;
 END
 $$;
-COMMENT ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval) IS
-    'Enqueue one job; returns its id. Options: priority, run_at, max_attempts, headers, timeout; unique_key with unique_scope (active, until_done) and on_conflict (return, skip, raise, replace). Notifies jobq_<queue> when a worker waits.';
-REVOKE ALL ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval) TO @extowner@;
+COMMENT ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) IS
+    'Enqueue one job; returns its id. Options: priority, run_at, max_attempts, headers; unique_key with unique_scope (active, until_done) and on_conflict (return, skip, raise, replace). Notifies jobq_<queue> when a worker waits.';
+REVOKE ALL ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) TO @extowner@;
 
 /*
  * jobq.enqueue_many(queue, payloads, priority, run_at, max_attempts,
- * unique_keys, unique_scope, on_conflict, headers, timeout): the ids, in the
+ * unique_keys, unique_scope, on_conflict, headers): the ids, in the
  * order of payloads; without unique_keys one INSERT, and at most one
  * notification (as jobq.enqueue).  unique_keys, when given, is aligned with
  * payloads (NULL: no key for that job), and each job is enqueued as
@@ -243,8 +292,7 @@ CREATE FUNCTION jobq.enqueue_many(
     unique_keys  text[]      DEFAULT NULL,
     unique_scope text        DEFAULT 'active',
     on_conflict  text        DEFAULT 'return',
-    headers      jsonb       DEFAULT NULL,
-    timeout      interval    DEFAULT NULL)
+    headers      jsonb       DEFAULT NULL)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: producers insert jobs without INSERT on jobq.jobs.
@@ -256,7 +304,6 @@ DECLARE
     bad_payload  jsonb;
     new_ids      bigint[];
     locked       boolean;
-    enqueuer     text := coalesce(nullif(current_setting('role'), 'none'), session_user);
     one          record;
     one_id       bigint;
     any_changed  boolean := false;
@@ -283,13 +330,13 @@ BEGIN
     END IF;
     PERFORM jobq._check_options(enqueue_many.priority, enqueue_many.run_at, enqueue_many.max_attempts);
     PERFORM jobq._check_job_options(NULL, enqueue_many.unique_scope, enqueue_many.on_conflict,
-                                    enqueue_many.headers, enqueue_many.timeout);
+                                    enqueue_many.headers);
 
     IF enqueue_many.unique_keys IS NULL THEN
         WITH inserted AS (
-            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, timeout, enqueued_by)
+            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
             SELECT enqueue_many.queue, p.payload, enqueue_many.priority, enqueue_many.run_at,
-                   enqueue_many.max_attempts, enqueue_many.headers, enqueue_many.timeout, enqueuer
+                   enqueue_many.max_attempts, enqueue_many.headers
               FROM unnest(enqueue_many.payloads) WITH ORDINALITY AS p(payload, position)
              ORDER BY p.position
             RETURNING jobq.jobs.id
@@ -329,9 +376,9 @@ BEGIN
              ORDER BY p.position
         LOOP
             IF one.unique_key IS NULL THEN
-                INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, timeout, enqueued_by)
+                INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
                 VALUES (enqueue_many.queue, one.payload, enqueue_many.priority, enqueue_many.run_at,
-                        enqueue_many.max_attempts, enqueue_many.headers, enqueue_many.timeout, enqueuer)
+                        enqueue_many.max_attempts, enqueue_many.headers)
                 RETURNING jobq.jobs.id INTO one_id;
                 new_ids := new_ids || one_id;
                 any_changed := true;
@@ -340,7 +387,7 @@ BEGIN
                   FROM jobq._enqueue_unique(enqueue_many.queue, one.payload, enqueue_many.priority,
                                             enqueue_many.run_at, enqueue_many.max_attempts, one.unique_key,
                                             enqueue_many.unique_scope, enqueue_many.on_conflict,
-                                            enqueue_many.headers, enqueue_many.timeout, enqueuer) AS u;
+                                            enqueue_many.headers) AS u;
             END IF;
         END LOOP;
     END IF;
@@ -355,7 +402,7 @@ BEGIN
     RETURN new_ids;
 END
 $$;
-COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, interval) IS
+COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb) IS
     'Enqueue many jobs in one call; returns their ids in the order of payloads. Same options as jobq.enqueue, with unique_keys aligned with payloads.';
-REVOKE ALL ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, interval) TO @extowner@;
+REVOKE ALL ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb) TO @extowner@;

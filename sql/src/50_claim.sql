@@ -3,24 +3,133 @@
 -- lease of the worker's chosen length
 ----------------------------------------------------------------------------
 
--- Forward mode's position per queue (see jobq.claim).  Unlogged and never
--- dumped: a hint, lost without harm in a crash or a restore.  Shared by
--- every session claiming the queue, so nothing is kept in a session, where a
--- transaction-pooling PgBouncer would hand it to other clients.  One row per
--- queue that has been in forward mode, kept so by the advisory lock every
--- writer holds; no index: every claim reads it, and a sequential scan of a
--- few rows costs less than opening an index (about 10,000 instructions per
+-- What every claim of a queue reads first, one row per queue claimed in
+-- the last minute or so: the queue's settings, copied from
+-- jobq.queue_settings (paused, lease_timeout, timeout, max_attempts; NULL
+-- for a plain queue) until cached_until, and forward mode's position
+-- (priority, run_at, id) until until, if the queue is in forward mode (see
+-- jobq.claim).  So a claim reads one small table, which it read anyway
+-- for forward mode, instead of probing jobq.queue_settings too (a probe
+-- cost 3% of a claim and its completion).  Unlogged and never dumped: a
+-- cache and a hint, lost without harm in a crash or a restore, after which
+-- claims fill it again from jobq.queue_settings.  Shared by every session
+-- claiming the queue, so nothing is kept in a session, where a
+-- transaction-pooling PgBouncer would hand it to other clients.  Written
+-- only under the queue's advisory lock (hashtext('jobq._claim_hints'),
+-- hashtext(queue)), so a queue never has two rows, and a change of the
+-- queue's settings (the trigger jobq._queue_settings_changed) waits for a
+-- claim filling the row and deletes it, so the next claim reads the new
+-- settings.  No index: every claim reads it, and a sequential scan of a few
+-- rows costs less than opening an index (about 10,000 instructions per
 -- claim, bench/instructions.py).
 CREATE UNLOGGED TABLE jobq._claim_hints (
-    queue    text        NOT NULL,
-    priority integer     NOT NULL,
-    run_at   timestamptz NOT NULL,
-    id       bigint      NOT NULL,
-    until    timestamptz NOT NULL
+    queue         text        NOT NULL,
+    priority      integer,
+    run_at        timestamptz,
+    id            bigint,
+    until         timestamptz,
+    paused        boolean,
+    lease_timeout interval,
+    timeout       interval,
+    max_attempts  integer,
+    cached_until  timestamptz NOT NULL
 );
 COMMENT ON TABLE jobq._claim_hints IS
-    'Internal: where claims of a queue in forward mode scan from (priority, run_at, id) and until when. A hint only.';
+    'Internal: per queue claimed lately, its settings (from jobq.queue_settings, until cached_until) and where claims in forward mode scan from (priority, run_at, id, until until). A cache and a hint only.';
 REVOKE ALL ON TABLE jobq._claim_hints FROM PUBLIC;
+
+/*
+ * jobq._claim_settings(queue): the queue's row of jobq._claim_hints, its
+ * settings read afresh from jobq.queue_settings, for a claim that found no
+ * row or an expired one.  Stores the row (cached for a minute) when it can
+ * take the queue's advisory lock at once and the transaction is READ
+ * COMMITTED (an older snapshot could store settings already changed);
+ * otherwise only returns it.  Deletes the rows of queues not claimed for a
+ * minute.  Locks: the queue's advisory lock (pg_try_advisory_xact_lock,
+ * never waiting), held to the end of the transaction.
+ */
+CREATE FUNCTION jobq._claim_settings(queue text)
+RETURNS jobq._claim_hints
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cached jobq._claim_hints;
+    stored boolean;
+BEGIN
+    stored := current_setting('transaction_isolation') = 'read committed'
+              AND pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(_claim_settings.queue));
+    -- read after the lock, with a snapshot of its own
+    SELECT _claim_settings.queue, h.priority, h.run_at, h.id, h.until, s.paused, s.lease_timeout, s.timeout,
+           s.max_attempts, statement_timestamp() + interval '1 minute'
+      INTO cached
+      FROM (SELECT) AS one
+      LEFT JOIN jobq.queue_settings AS s ON s.queue = _claim_settings.queue
+      LEFT JOIN jobq._claim_hints AS h ON h.queue = _claim_settings.queue;
+    IF stored THEN
+        DELETE FROM jobq._claim_hints AS h
+         WHERE h.queue = _claim_settings.queue
+            OR (h.cached_until < statement_timestamp() - interval '1 minute'
+                AND (h.until IS NULL OR h.until < statement_timestamp()));
+        INSERT INTO jobq._claim_hints SELECT (cached).*;
+    END IF;
+    RETURN cached;
+END
+$$;
+COMMENT ON FUNCTION jobq._claim_settings(text) IS
+    'Internal: read a queue''s settings for jobq.claim and cache them in jobq._claim_hints.';
+REVOKE ALL ON FUNCTION jobq._claim_settings(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._claim_settings(text) TO @extowner@;
+
+/*
+ * jobq._queue_settings_changed(): the trigger of jobq.queue_settings: after
+ * a row changes, deletes the queue's cached row of jobq._claim_hints (for a
+ * TRUNCATE, every row), waiting first for a claim that is filling it, so
+ * that the claims that start after the change's commit read the new
+ * settings.  Locks: the queue's advisory lock (pg_advisory_xact_lock,
+ * waiting), held to the end of the transaction.
+ */
+CREATE FUNCTION jobq._queue_settings_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+-- SECURITY DEFINER: an admin changing settings (jobq.configure_queue, pause,
+-- resume) has no privileges on jobq._claim_hints; this only deletes the
+-- cached rows of the queues changed.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    changed text;
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        DELETE FROM jobq._claim_hints;
+        RETURN NULL;
+    END IF;
+    FOR changed IN
+        SELECT DISTINCT q FROM unnest(ARRAY[CASE WHEN TG_OP <> 'INSERT' THEN OLD.queue END,
+                                            CASE WHEN TG_OP <> 'DELETE' THEN NEW.queue END]) AS q
+         WHERE q IS NOT NULL
+    LOOP
+        PERFORM pg_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(changed));
+        DELETE FROM jobq._claim_hints AS h WHERE h.queue = changed;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION jobq._queue_settings_changed() IS
+    'Internal: a change of jobq.queue_settings drops the queue''s cached settings, so the next claim reads them anew.';
+REVOKE ALL ON FUNCTION jobq._queue_settings_changed() FROM PUBLIC;
+
+CREATE TRIGGER queue_settings_changed_trg
+    AFTER INSERT OR UPDATE OR DELETE ON jobq.queue_settings
+    FOR EACH ROW EXECUTE FUNCTION jobq._queue_settings_changed();
+CREATE TRIGGER queue_settings_truncated_trg
+    AFTER TRUNCATE ON jobq.queue_settings
+    FOR EACH STATEMENT EXECUTE FUNCTION jobq._queue_settings_changed();
+COMMENT ON TRIGGER queue_settings_changed_trg ON jobq.queue_settings IS
+    'Drops the queue''s cached settings (jobq._claim_hints) when its row changes.';
+COMMENT ON TRIGGER queue_settings_truncated_trg ON jobq.queue_settings IS
+    'Drops every queue''s cached settings (jobq._claim_hints) when the table is truncated.';
 
 /*
  * jobq.claim(queue, n, worker, lease_timeout): up to n runnable jobs of
@@ -29,10 +138,11 @@ REVOKE ALL ON TABLE jobq._claim_hints FROM PUBLIC;
  * heartbeats extend it by that length again), in claim order (priority
  * desc, run_at, id).  Never claims a job whose run_at is in the future, nor
  * any job of a paused queue.  locked_at is the statement's clock.  Applies
- * the queue's settings (jobq.queue_settings, one primary-key probe): a job's
- * deadline is now + its timeout (else the queue's; NULL: none), which its
- * lease never outlasts, and a job enqueued without max_attempts gets the
- * queue's (else 3), written into its row.
+ * the queue's settings (jobq.queue_settings, as cached in
+ * jobq._claim_hints): a job's deadline is now + the queue's timeout (NULL:
+ * none), which its lease never outlasts (kept in jobq.deadlines for the
+ * heartbeats), and a job enqueued without max_attempts gets the queue's,
+ * written into its row (without settings it stays NULL, which means 3).
  *
  * Locks: FOR NO KEY UPDATE SKIP LOCKED on the jobs it picks (at most n, from
  * jobs_claim_idx), which it then updates by primary key; never waits on a
@@ -68,8 +178,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    hint          jobq._claim_hints;
-    settings      jobq.queue_settings;
+    hint          jobq._claim_hints;  -- the queue's settings and forward mode's position
     picked        bigint[];
     walked        bigint;
     forward_until timestamptz;  -- forward mode lasts until then; NULL: the last scan was from the start
@@ -101,12 +210,6 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
-    -- the queue's settings: none for a plain queue (a probe that finds nothing)
-    SELECT s.* INTO settings FROM jobq.queue_settings AS s WHERE s.queue = claim.queue;
-    IF settings.paused THEN
-        RETURN;  -- a paused queue hands out nothing
-    END IF;
-
     -- The statements below read the arguments through sub-selects, written
     -- (SELECT claim.queue), (SELECT claim.n), (SELECT picked): the planner
     -- cannot see through them, so a plan made for one call's values costs
@@ -116,8 +219,16 @@ BEGIN
     -- was a third of a claim's instructions (bench/instructions.py).
     SELECT h.* INTO hint
       FROM jobq._claim_hints AS h
-     WHERE h.queue = claim.queue AND h.until > statement_timestamp();
-    IF FOUND THEN
+     WHERE h.queue = claim.queue AND h.cached_until >= statement_timestamp();
+    IF NOT FOUND OR hint.paused THEN
+        IF NOT FOUND THEN  -- none, or a minute old
+            hint := jobq._claim_settings(claim.queue);
+        END IF;
+        IF hint.paused THEN
+            RETURN;  -- a paused queue hands out nothing
+        END IF;
+    END IF;
+    IF hint.until > statement_timestamp() THEN
         forward_until := hint.until;
         walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
         picked := ARRAY(
@@ -157,9 +268,11 @@ BEGIN
                until = coalesce(forward_until, statement_timestamp() + interval '2 seconds')
           FROM jobq.jobs AS p
          WHERE h.queue = claim.queue AND p.id = picked[cardinality(picked)];
-        IF NOT FOUND THEN
-            INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until)
-            SELECT claim.queue, p.priority, p.run_at, p.id, statement_timestamp() + interval '2 seconds'
+        IF NOT FOUND THEN  -- the settings were not cached: a row for the position alone
+            INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until, paused, lease_timeout, timeout,
+                                           max_attempts, cached_until)
+            SELECT claim.queue, p.priority, p.run_at, p.id, statement_timestamp() + interval '2 seconds',
+                   hint.paused, hint.lease_timeout, hint.timeout, hint.max_attempts, '-infinity'
               FROM jobq.jobs AS p
              WHERE p.id = picked[cardinality(picked)];
         END IF;
@@ -172,6 +285,29 @@ BEGIN
         DELETE FROM jobq._waiters AS w WHERE w.queue = claim.queue AND w.worker = claim.worker;
     END IF;
 
+    IF hint.paused IS NULL THEN
+        -- a plain queue (no settings): the lease asked for, else 60 seconds;
+        -- max_attempts stays as enqueued (NULL: 3, which fail and reap apply)
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jobq.jobs AS j
+               SET status           = 'running',
+                   locked_by        = claim.worker,
+                   locked_at        = statement_timestamp(),
+                   lease_expires_at = statement_timestamp() + coalesce(claim.lease_timeout, interval '60 seconds'),
+                   attempts         = j.attempts + 1,
+                   lease            = j.lease + 1
+             WHERE j.id = ANY ((SELECT picked)::bigint[])
+            RETURNING j.*
+        )
+        SELECT c.* FROM claimed AS c ORDER BY c.priority DESC, c.run_at, c.id;
+        RETURN;
+    END IF;
+
+    -- a queue with settings: its lease, its max_attempts, and its timeout,
+    -- which the lease never outlasts (jobq.deadlines keeps the deadline for
+    -- the heartbeats); a statement of its own, so the plain one keeps its
+    -- short plan
     RETURN QUERY
     WITH claimed AS (
         UPDATE jobq.jobs AS j
@@ -179,14 +315,19 @@ BEGIN
                locked_by        = claim.worker,
                locked_at        = statement_timestamp(),
                lease_expires_at = least(statement_timestamp()
-                                        + coalesce(claim.lease_timeout, settings.lease_timeout, interval '60 seconds'),
-                                        statement_timestamp() + coalesce(j.timeout, settings.timeout)),
-               deadline         = statement_timestamp() + coalesce(j.timeout, settings.timeout),
-               max_attempts     = coalesce(j.max_attempts, settings.max_attempts, 3),
+                                        + coalesce(claim.lease_timeout, hint.lease_timeout, interval '60 seconds'),
+                                        statement_timestamp() + hint.timeout),
+               max_attempts     = coalesce(j.max_attempts, hint.max_attempts, 3),
                attempts         = j.attempts + 1,
                lease            = j.lease + 1
          WHERE j.id = ANY ((SELECT picked)::bigint[])
         RETURNING j.*
+    ), timed AS (
+        INSERT INTO jobq.deadlines (id, lease, deadline)
+        SELECT c.id, c.lease, statement_timestamp() + hint.timeout
+          FROM claimed AS c
+         WHERE hint.timeout IS NOT NULL
+        ON CONFLICT ON CONSTRAINT deadlines_pkey DO UPDATE SET lease = excluded.lease, deadline = excluded.deadline
     )
     SELECT c.* FROM claimed AS c ORDER BY c.priority DESC, c.run_at, c.id;
 END

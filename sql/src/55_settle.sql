@@ -10,8 +10,9 @@
  * acknowledged, in no particular order: running under that lease and now
  * done (with the result at the same position of results, when given), or
  * already done under that same lease by an earlier statement (a repeated
- * acknowledgement, whose result is not stored again).  Stale pairs are
- * left out.  The caller checks the arrays (jobq._check_pairs,
+ * acknowledgement, whose result is not stored again).  Results go to
+ * jobq.results.  Stale pairs are left out.  Notifies "jobq.done" for the
+ * watched jobs it marks done.  The caller checks the arrays (jobq._check_pairs,
  * jobq._check_results).  Locks the rows it marks done.  The
  * repeat check runs only when some pair was not marked done; it tells this
  * statement's own updates by finished_at = statement_timestamp(), so a pair
@@ -27,29 +28,42 @@ DECLARE
 BEGIN
     IF _acknowledge.results IS NULL THEN
         RETURN QUERY
-        UPDATE jobq.jobs AS j
-           SET status = 'done', finished_at = statement_timestamp()
-          -- the arrays through sub-selects, so that the plan cache keeps one
-          -- generic plan (see jobq.claim); the pairs drive the join, one probe
-          -- of the primary key each (with j.id = ANY (ids) as well, the planner
-          -- scanned all the pairs again for every job: n^2 at batch n)
-          FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
-         WHERE j.id = a.id AND j.lease = a.lease
-           -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
-           -- by primary key, the cost stays flat while dead entries pile up there
-           AND (j.status = 'running') IS TRUE
-        RETURNING j.*;
+        WITH acknowledged AS (
+            UPDATE jobq.jobs AS j
+               SET status = 'done', finished_at = statement_timestamp()
+              -- the arrays through sub-selects, so that the plan cache keeps one
+              -- generic plan (see jobq.claim); the pairs drive the join, one probe
+              -- of the primary key each (with j.id = ANY (ids) as well, the planner
+              -- scanned all the pairs again for every job: n^2 at batch n)
+              FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
+             WHERE j.id = a.id AND j.lease = a.lease
+               -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
+               -- by primary key, the cost stays flat while dead entries pile up there
+               AND (j.status = 'running') IS TRUE
+            RETURNING j.*
+        )
+        -- every row passes; a watched one notifies "jobq.done" on its way
+        SELECT d.* FROM acknowledged AS d WHERE d.control IS NULL OR d.control & 2 = 0 OR jobq._notify_finished(d.id);
     ELSE
         -- the same, storing results; a statement of its own, so that
         -- acknowledging without results keeps its plan
         RETURN QUERY
-        UPDATE jobq.jobs AS j
-           SET status = 'done', finished_at = statement_timestamp(), result = a.result
-          FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases), (SELECT _acknowledge.results))
-               AS a(id, lease, result)
-         WHERE j.id = a.id AND j.lease = a.lease
-           AND (j.status = 'running') IS TRUE
-        RETURNING j.*;
+        WITH acknowledged AS (
+            UPDATE jobq.jobs AS j
+               SET status = 'done', finished_at = statement_timestamp()
+              FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
+             WHERE j.id = a.id AND j.lease = a.lease
+               AND (j.status = 'running') IS TRUE
+            RETURNING j.*
+        ), stored AS (
+            INSERT INTO jobq.results (id, result)
+            SELECT d.id, r.result
+              FROM acknowledged AS d
+              JOIN unnest(_acknowledge.ids, _acknowledge.results) AS r(id, result) ON r.id = d.id
+             WHERE r.result IS NOT NULL
+            ON CONFLICT ON CONSTRAINT results_pkey DO UPDATE SET result = excluded.result
+        )
+        SELECT d.* FROM acknowledged AS d WHERE d.control IS NULL OR d.control & 2 = 0 OR jobq._notify_finished(d.id);
     END IF;
     GET DIAGNOSTICS marked = ROW_COUNT;
     IF marked < cardinality(_acknowledge.ids) THEN
@@ -71,9 +85,10 @@ GRANT EXECUTE ON FUNCTION jobq._acknowledge(bigint[], bigint[], jsonb[]) TO @ext
 
 /*
  * jobq.complete(id, lease, result): running -> done, storing result (any
- * JSON value; NULL: none), also when the job's worker was asked to cancel
- * it (the work happened).  Locks the job's row (waits for a concurrent
- * reaper holding it).  Repeating a successful complete with the same lease
+ * JSON value; NULL: none) in jobq.results, also when the job's worker was asked to cancel
+ * it (the work happened); notifies "jobq.done" when the job is watched
+ * (jobq.watch).  Locks the job's row (waits for a concurrent reaper holding
+ * it).  Repeating a successful complete with the same lease
  * does nothing and succeeds (its result is not stored again).  Raises 22004
  * (NULL id or lease), 54000 (result over 1 MiB), JQ002 (no such job), JQ001
  * (the lease is not the job's current one, or the job is not running: it
@@ -87,18 +102,37 @@ LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    control smallint;
 BEGIN
     -- a hot path: the check inline, the helper called only to raise
     IF complete.id IS NULL OR complete.lease IS NULL THEN
         PERFORM jobq._check_lease(complete.id, complete.lease);  -- raises, naming the NULL
     END IF;
+    -- a job without job control, completed without a result: the whole work
+    -- is this UPDATE
+    UPDATE jobq.jobs AS j
+       SET status = 'done', finished_at = statement_timestamp()
+     WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'running'
+       AND j.control IS NULL AND complete.result IS NULL;
+    IF FOUND THEN
+        RETURN;
+    END IF;
     IF pg_column_size(complete.result) > 1000 THEN
         PERFORM jobq._check_result(complete.result, 'result');  -- sees a compressed result whole
     END IF;
     UPDATE jobq.jobs AS j
-       SET status = 'done', finished_at = statement_timestamp(), result = complete.result
-     WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'running';
+       SET status = 'done', finished_at = statement_timestamp()
+     WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'running'
+    RETURNING j.control INTO control;
     IF FOUND THEN
+        IF complete.result IS NOT NULL THEN
+            INSERT INTO jobq.results (id, result) VALUES (complete.id, complete.result)
+            ON CONFLICT ON CONSTRAINT results_pkey DO UPDATE SET result = excluded.result;
+        END IF;
+        IF control & 2 <> 0 THEN  -- watched
+            PERFORM jobq._notify_finished(complete.id);
+        END IF;
         RETURN;
     END IF;
     PERFORM FROM jobq.jobs AS j
@@ -201,8 +235,9 @@ GRANT EXECUTE ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, inte
  * queued again with run_at = now + retry_in, or + the queue's backoff
  * (jobq._retry_delay: by default 2^attempts seconds, at most 300), or
  * failed once attempts reached max_attempts; cancelled instead, never
- * retried, when jobq.cancel asked its worker to stop.  error is kept in
- * last_error, cut to 2,000 characters.  Locks the job's row.  Raises 22004
+ * retried, when jobq.cancel asked its worker to stop (notifying "jobq.done"
+ * then, for a watched job).  error is kept in last_error, cut to 2,000
+ * characters.  Locks the job's row.  Raises 22004
  * (NULL id, lease or error), 22023 (retry_in negative or over 10 years),
  * JQ002, JQ001 like jobq.complete (a repeated fail is refused: the job is no
  * longer held).
@@ -227,20 +262,23 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     UPDATE jobq.jobs AS j
-       SET status      = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+       SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled'  -- a cancel was requested
                               WHEN j.attempts >= coalesce(j.max_attempts, 3) THEN 'failed'
                               ELSE 'queued' END,
-           run_at      = CASE WHEN j.cancel_requested_at IS NULL AND j.attempts < coalesce(j.max_attempts, 3)
+           run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, 3)
                               THEN statement_timestamp()
                                    + coalesce(fail.retry_in, jobq._retry_delay(j.queue, j.attempts))
                               ELSE j.run_at END,
-           finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= coalesce(j.max_attempts, 3)
+           finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, 3)
                               THEN statement_timestamp() END,
            last_error  = left(fail.error, 2000)
      WHERE j.id = fail.id AND j.lease = fail.lease AND j.status = 'running'
     RETURNING j.* INTO failed_job;
     IF NOT FOUND THEN
         PERFORM jobq._raise_not_held(fail.id, fail.lease);
+    END IF;
+    IF failed_job.control & 2 <> 0 AND failed_job.status <> 'queued' THEN  -- watched, and finished
+        PERFORM jobq._notify_finished(fail.id);
     END IF;
     RETURN failed_job;
 END
@@ -269,6 +307,7 @@ AS $$
 DECLARE
     new_status text;
     new_run_at timestamptz;
+    watched    boolean;
 BEGIN
     PERFORM jobq._check_lease(snooze.id, snooze.lease);
     IF snooze.delay IS NULL THEN
@@ -279,15 +318,17 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     UPDATE jobq.jobs AS j
-       SET status      = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
-           run_at      = CASE WHEN j.cancel_requested_at IS NULL THEN statement_timestamp() + snooze.delay
-                              ELSE j.run_at END,
-           attempts    = CASE WHEN j.cancel_requested_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
-           finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN statement_timestamp() END
+       SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled' ELSE 'queued' END,
+           run_at      = CASE WHEN j.control & 1 <> 0 THEN j.run_at ELSE statement_timestamp() + snooze.delay END,
+           attempts    = CASE WHEN j.control & 1 <> 0 THEN j.attempts ELSE j.attempts - 1 END,
+           finished_at = CASE WHEN j.control & 1 <> 0 THEN statement_timestamp() END
      WHERE j.id = snooze.id AND j.lease = snooze.lease AND j.status = 'running'
-    RETURNING j.status, j.run_at INTO new_status, new_run_at;
+    RETURNING j.status, j.run_at, j.control & 2 <> 0 INTO new_status, new_run_at, watched;
     IF NOT FOUND THEN
         PERFORM jobq._raise_not_held(snooze.id, snooze.lease);
+    END IF;
+    IF watched AND new_status = 'cancelled' THEN
+        PERFORM jobq._notify_finished(snooze.id);
     END IF;
     RETURN CASE WHEN new_status = 'queued' THEN new_run_at END;
 END
@@ -315,20 +356,22 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     new_locked_at timestamptz;
-    passed        timestamptz;
+    passed        timestamptz;  -- the deadline of the lease, if its queue has a timeout
 BEGIN
     PERFORM jobq._check_lease(heartbeat.id, heartbeat.lease);
+    SELECT d.deadline INTO passed
+      FROM jobq.deadlines AS d
+     WHERE d.id = heartbeat.id AND d.lease = heartbeat.lease;
     UPDATE jobq.jobs AS j
        SET locked_at        = statement_timestamp(),
-           lease_expires_at = least(statement_timestamp() + (j.lease_expires_at - j.locked_at), j.deadline)
+           lease_expires_at = least(statement_timestamp() + (j.lease_expires_at - j.locked_at), passed)
      WHERE j.id = heartbeat.id AND j.lease = heartbeat.lease AND j.status = 'running'
-       AND (j.deadline IS NULL OR j.deadline > statement_timestamp())
+       AND (passed IS NULL OR passed > statement_timestamp())
     RETURNING j.locked_at INTO new_locked_at;
     IF NOT FOUND THEN
-        SELECT j.deadline INTO passed
-          FROM jobq.jobs AS j
-         WHERE j.id = heartbeat.id AND j.lease = heartbeat.lease AND j.status = 'running';
-        IF FOUND THEN
+        PERFORM FROM jobq.jobs AS j
+          WHERE j.id = heartbeat.id AND j.lease = heartbeat.lease AND j.status = 'running';
+        IF FOUND THEN  -- held, but past its deadline
             RAISE EXCEPTION 'job % timed out at %', heartbeat.id, passed
                 USING ERRCODE = 'JQ003',
                       HINT = 'Its lease is not extended past its deadline; jobq.reap recovers it.';
@@ -374,7 +417,8 @@ GRANT EXECUTE ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) TO @extowner@;
 /*
  * jobq._extend(ids, leases): the jobs of the (id, lease) pairs still running
  * under that lease, their leases extended as jobq.heartbeat does (never
- * past the deadline), in no particular order.  The caller checks the
+ * past the deadline; one whose deadline has passed is returned as it is,
+ * its lease expired), in no particular order.  The caller checks the
  * arrays.  One UPDATE; locks the rows it changes.
  */
 CREATE FUNCTION jobq._extend(ids bigint[], leases bigint[])
@@ -385,10 +429,15 @@ AS $$
 BEGIN
     RETURN QUERY
     UPDATE jobq.jobs AS j
-       SET locked_at        = statement_timestamp(),
-           lease_expires_at = least(statement_timestamp() + (j.lease_expires_at - j.locked_at), j.deadline)
+       -- past the deadline the lease stays as it is, expired
+       SET locked_at        = CASE WHEN a.deadline <= statement_timestamp() THEN j.locked_at
+                                   ELSE statement_timestamp() END,
+           lease_expires_at = CASE WHEN a.deadline <= statement_timestamp() THEN j.lease_expires_at
+                                   ELSE least(statement_timestamp() + (j.lease_expires_at - j.locked_at), a.deadline) END
       -- the pairs drive the join, as in jobq._acknowledge
-      FROM unnest((SELECT _extend.ids), (SELECT _extend.leases)) AS a(id, lease)
+      FROM (SELECT p.id, p.lease, d.deadline
+              FROM unnest((SELECT _extend.ids), (SELECT _extend.leases)) AS p(id, lease)
+              LEFT JOIN jobq.deadlines AS d ON d.id = p.id AND d.lease = p.lease) AS a
      WHERE j.id = a.id AND j.lease = a.lease
        AND (j.status = 'running') IS TRUE  -- by primary key, as in jobq._acknowledge
     RETURNING j.*;
@@ -418,7 +467,7 @@ AS $$
 BEGIN
     PERFORM jobq._check_pairs(heartbeat_status.ids, heartbeat_status.leases);
     RETURN QUERY
-    SELECT h.id, h.lease_expires_at, h.cancel_requested_at IS NOT NULL
+    SELECT h.id, h.lease_expires_at, coalesce(h.control & 1 <> 0, false)
       FROM jobq._extend(heartbeat_status.ids, heartbeat_status.leases) AS h
      ORDER BY h.id;
 END
@@ -443,15 +492,21 @@ LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    cancelled_watched boolean;
 BEGIN
     PERFORM jobq._check_lease(release.id, release.lease);
     UPDATE jobq.jobs AS j
-       SET status      = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
-           attempts    = CASE WHEN j.cancel_requested_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
-           finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN statement_timestamp() END
-     WHERE j.id = release.id AND j.lease = release.lease AND j.status = 'running';
+       SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled' ELSE 'queued' END,
+           attempts    = CASE WHEN j.control & 1 <> 0 THEN j.attempts ELSE j.attempts - 1 END,
+           finished_at = CASE WHEN j.control & 1 <> 0 THEN statement_timestamp() END
+     WHERE j.id = release.id AND j.lease = release.lease AND j.status = 'running'
+    RETURNING j.control & 3 = 3 INTO cancelled_watched;
     IF NOT FOUND THEN
         PERFORM jobq._raise_not_held(release.id, release.lease);
+    END IF;
+    IF cancelled_watched THEN
+        PERFORM jobq._notify_finished(release.id);
     END IF;
 END
 $$;

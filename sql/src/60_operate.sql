@@ -33,7 +33,7 @@ BEGIN
 
     RETURN QUERY
     WITH expired AS MATERIALIZED (
-        SELECT j.id
+        SELECT j.id, (SELECT d.deadline FROM jobq.deadlines AS d WHERE d.id = j.id AND d.lease = j.lease) AS deadline
           FROM jobq.jobs AS j
          WHERE j.status = 'running'
            AND j.lease_expires_at < statement_timestamp()
@@ -41,18 +41,18 @@ BEGIN
            FOR NO KEY UPDATE SKIP LOCKED
     ), reaped AS (
         UPDATE jobq.jobs AS j
-           SET status      = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+           SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled'  -- a cancel was requested
                                   WHEN j.attempts >= coalesce(j.max_attempts, 3) THEN 'failed'
                                   ELSE 'queued' END,
-               run_at      = CASE WHEN j.cancel_requested_at IS NULL AND j.attempts < coalesce(j.max_attempts, 3)
+               run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, 3)
                                   THEN statement_timestamp() + jobq._retry_delay(j.queue, j.attempts)
                                   ELSE j.run_at END,
-               finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= coalesce(j.max_attempts, 3)
+               finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, 3)
                                   THEN statement_timestamp() END,
                last_error  = right(concat_ws(E'\n', j.last_error,
-                                             CASE WHEN j.deadline <= statement_timestamp()
+                                             CASE WHEN expired.deadline <= statement_timestamp()
                                                   THEN format('reaped: lease %s of %s timed out at its deadline %s',
-                                                              j.lease, j.locked_by, j.deadline)
+                                                              j.lease, j.locked_by, expired.deadline)
                                                   ELSE format('reaped: lease %s of %s went stale',
                                                               j.lease, j.locked_by) END),
                                    2000)
@@ -60,7 +60,10 @@ BEGIN
          WHERE j.id = expired.id
         RETURNING j.*
     )
-    SELECT r.* FROM reaped AS r ORDER BY r.id;
+    -- every row passes; a watched one that finished notifies "jobq.done" on its way
+    SELECT r.* FROM reaped AS r
+     WHERE r.status = 'queued' OR r.control IS NULL OR r.control & 2 = 0 OR jobq._notify_finished(r.id)
+     ORDER BY r.id;
 END
 $$;
 COMMENT ON FUNCTION jobq.reap(interval) IS
@@ -72,10 +75,11 @@ GRANT EXECUTE ON FUNCTION jobq.reap(interval) TO @extowner@;
  * jobq.retry_failed(queue, ids): the ids redriven, ascending.  Failed jobs
  * (of queue, and among ids, when given) go back to queued, runnable now, with
  * attempts reset; their lease counter is kept, so old leases stay refused.
- * last_error is kept.  A failed job whose unique key is held by a newer job
- * stays failed (a notice names both), so a redrive never makes two holders.
- * Notifies the queues concerned.  Locks the rows it redrives.  Raises 22023
- * for a bad queue name.
+ * last_error is kept.  A failed job enqueued with a unique key goes back
+ * only while its key is still its own (jobq.unique_keys): once a newer job
+ * took the key, it stays failed (a notice says so), so a redrive never
+ * makes two holders.  Notifies the queues concerned.  Locks the rows it
+ * redrives and their keys.  Raises 22023 for a bad queue name.
  */
 CREATE FUNCTION jobq.retry_failed(queue text DEFAULT NULL, ids bigint[] DEFAULT NULL)
 RETURNS SETOF bigint
@@ -90,11 +94,11 @@ BEGIN
     IF retry_failed.queue IS NOT NULL THEN
         PERFORM jobq._check_queue(retry_failed.queue);
     END IF;
-    -- jobs without a unique key, all at once
+    -- jobs enqueued without a unique key, all at once
     WITH redriven AS (
         UPDATE jobq.jobs AS j
            SET status = 'queued', attempts = 0, run_at = statement_timestamp(), finished_at = NULL
-         WHERE j.status = 'failed' AND j.unique_key IS NULL
+         WHERE j.status = 'failed' AND coalesce(j.control & 4 = 0, true)
            AND (retry_failed.queue IS NULL OR j.queue = retry_failed.queue)
            AND (retry_failed.ids IS NULL OR j.id = ANY (retry_failed.ids))
         RETURNING j.id, j.queue
@@ -102,28 +106,33 @@ BEGIN
     SELECT coalesce(array_agg(r.id), '{}'), coalesce(array_agg(DISTINCT r.queue), '{}')
       INTO redriven_ids, redriven_queues
       FROM redriven AS r;
-    -- jobs with one, one by one: the unique index refuses the job whose key
-    -- a newer job holds, and that job stays failed
+    -- jobs enqueued with one, one by one: a job whose key row still names
+    -- it (no newer job took the key) goes back, keeping its key, its row
+    -- locked meanwhile; the others stay failed
     FOR keyed IN
-        SELECT j.id, j.queue, j.unique_key
+        SELECT j.id, j.queue, k.unique_key
           FROM jobq.jobs AS j
-         WHERE j.status = 'failed' AND j.unique_key IS NOT NULL
+          LEFT JOIN jobq.unique_keys AS k ON k.job_id = j.id
+         WHERE j.status = 'failed' AND j.control & 4 <> 0
            AND (retry_failed.queue IS NULL OR j.queue = retry_failed.queue)
            AND (retry_failed.ids IS NULL OR j.id = ANY (retry_failed.ids))
          ORDER BY j.id
     LOOP
-        BEGIN
-            UPDATE jobq.jobs AS j
-               SET status = 'queued', attempts = 0, run_at = statement_timestamp(), finished_at = NULL
-             WHERE j.id = keyed.id AND j.status = 'failed';
-            IF FOUND THEN
-                redriven_ids := redriven_ids || keyed.id;
-                redriven_queues := redriven_queues || keyed.queue;
-            END IF;
-        EXCEPTION WHEN unique_violation THEN
-            RAISE NOTICE 'job % stays failed: its unique key % is held by a newer job of queue %',
-                         keyed.id, quote_literal(keyed.unique_key), quote_literal(keyed.queue);
-        END;
+        PERFORM FROM jobq.unique_keys AS k
+          WHERE k.queue = keyed.queue AND k.unique_key = keyed.unique_key AND k.job_id = keyed.id
+            FOR NO KEY UPDATE;
+        IF NOT FOUND THEN
+            RAISE NOTICE 'job % stays failed: a newer job of queue % took its unique key', keyed.id,
+                         quote_literal(keyed.queue);
+            CONTINUE;
+        END IF;
+        UPDATE jobq.jobs AS j
+           SET status = 'queued', attempts = 0, run_at = statement_timestamp(), finished_at = NULL
+         WHERE j.id = keyed.id AND j.status = 'failed';
+        IF FOUND THEN
+            redriven_ids := redriven_ids || keyed.id;
+            redriven_queues := redriven_queues || keyed.queue;
+        END IF;
     END LOOP;
     PERFORM pg_notify(jobq.channel(q.queue), '') FROM (SELECT DISTINCT unnest(redriven_queues)) AS q(queue);
     RETURN QUERY SELECT r.id FROM unnest(redriven_ids) AS r(id) ORDER BY r.id;
@@ -138,7 +147,8 @@ GRANT EXECUTE ON FUNCTION jobq.retry_failed(text, bigint[]) TO @extowner@;
  * jobq.purge(older_than, max_rows): the number of jobs deleted: done and
  * cancelled jobs (and failed ones too when include_failed) that finished more than
  * older_than ago, at most max_rows of them, so a large backlog can be purged
- * in short transactions.  Skips rows locked by others.  Raises 22004 (NULL
+ * in short transactions, with their results, deadlines and keys.
+ * Skips rows locked by others.  Raises 22004 (NULL
  * argument), 22023 (older_than negative, max_rows outside 1..1000000).
  */
 CREATE FUNCTION jobq.purge(older_than interval, max_rows integer DEFAULT 100000,
@@ -175,9 +185,18 @@ BEGIN
            AND j.finished_at < statement_timestamp() - purge.older_than
          LIMIT purge.max_rows
            FOR UPDATE SKIP LOCKED
+    ), gone AS (
+        DELETE FROM jobq.jobs AS j USING doomed WHERE j.id = doomed.id
+        RETURNING j.id
+    ), keys AS (
+        -- the keys these jobs held: free now
+        DELETE FROM jobq.unique_keys AS k USING gone AS g WHERE k.job_id = g.id
+    ), results AS (
+        DELETE FROM jobq.results AS r USING gone AS g WHERE r.id = g.id
+    ), deadlines AS (
+        DELETE FROM jobq.deadlines AS d USING gone AS g WHERE d.id = g.id
     )
-    DELETE FROM jobq.jobs AS j USING doomed WHERE j.id = doomed.id;
-    GET DIAGNOSTICS deleted = ROW_COUNT;
+    SELECT count(*) INTO deleted FROM gone;
     RETURN deleted;
 END
 $$;

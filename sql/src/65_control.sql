@@ -1,8 +1,9 @@
 ----------------------------------------------------------------------------
 -- Job control: cancelling jobs, and looking one up or waiting for it to
--- finish.  Job ids are sequential and so guessable: producers see only the
--- jobs their role enqueued (jobq._sees), workers and admins see every job,
--- and cancelling is for admins.
+-- finish.  Job ids are sequential and so guessable: jobq.job, wait and
+-- watch show any job's state and result (never its payload or headers), so
+-- they are for workers and admins, and for the producers given them
+-- (jobq.grant_producer(role, see_jobs => true)); cancelling is for admins.
 ----------------------------------------------------------------------------
 
 /*
@@ -56,11 +57,12 @@ BEGIN
            SET status              = CASE WHEN t.was = 'queued' OR cancel.force THEN 'cancelled' ELSE j.status END,
                finished_at         = CASE WHEN t.was = 'queued' OR cancel.force THEN statement_timestamp()
                                           ELSE j.finished_at END,
-               cancel_requested_at = CASE WHEN t.was = 'running' THEN coalesce(j.cancel_requested_at, statement_timestamp())
-                                          ELSE j.cancel_requested_at END
+               control             = CASE WHEN t.was = 'running' THEN coalesce(j.control, 0) | 1  -- cancel requested
+                                          ELSE j.control END
           FROM target AS t
          WHERE j.id = t.id AND t.was = ANY (ARRAY['queued', 'running'])
-        RETURNING j.id, j.queue, j.status
+        RETURNING j.id, j.queue, j.status,
+                  j.control & 2 <> 0 AND j.status = 'cancelled' AND jobq._notify_finished(j.id) AS notified
     )
     SELECT array_agg(t.id ORDER BY t.id), array_agg(c.queue ORDER BY t.id), array_agg(t.was ORDER BY t.id),
            array_agg(coalesce(c.status, t.was) ORDER BY t.id)
@@ -105,64 +107,33 @@ COMMENT ON TYPE jobq.job_state IS
     'A job''s public state, as jobq.job, jobq.wait and jobq.watch return it (max_attempts with the queue''s default filled in).';
 
 /*
- * jobq._sees(enqueued_by): whether the calling role may see a job that
- * enqueued_by enqueued: a worker or an admin (EXECUTE on jobq.claim) sees
- * every job, a producer only those of roles it is a member of.  The calling
- * role is the session's SET ROLE, else its session user (a SECURITY DEFINER
- * function runs as its owner, so current_user would name the owner).
- */
-CREATE FUNCTION jobq._sees(enqueued_by text)
-RETURNS boolean
-LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    caller text := coalesce(nullif(current_setting('role'), 'none'), session_user);
-BEGIN
-    IF has_function_privilege(caller, 'jobq.claim(text, integer, text, interval)', 'EXECUTE') THEN
-        RETURN true;
-    END IF;
-    IF _sees.enqueued_by IS NULL OR NOT EXISTS (SELECT FROM pg_roles AS r WHERE r.rolname = _sees.enqueued_by) THEN
-        RETURN false;
-    END IF;
-    RETURN pg_has_role(caller, _sees.enqueued_by, 'MEMBER');
-END
-$$;
-COMMENT ON FUNCTION jobq._sees(text) IS
-    'Internal: whether the calling role may see a job enqueued by that role (workers and admins see all).';
-REVOKE ALL ON FUNCTION jobq._sees(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._sees(text) TO @extowner@;
-
-/*
- * jobq.job(id): the job's public state (jobq.job_state).  Reads the row
- * without locking it.  Raises 22004 (NULL id), JQ002 (no such job, or one
- * the calling role may not see: the two look alike).
+ * jobq.job(id): the job's public state (jobq.job_state), its result read
+ * from jobq.results.  Reads the rows without locking them.  Raises 22004
+ * (NULL id), JQ002 (no such job).
  */
 CREATE FUNCTION jobq.job(id bigint)
 RETURNS jobq.job_state
 LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
--- SECURITY DEFINER: producers read their own jobs without SELECT on jobq.jobs;
--- jobq._sees decides which.
+-- SECURITY DEFINER: the roles given it read a job's state without SELECT on
+-- jobq.jobs.
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    state       jobq.job_state;
-    enqueued_by text;
+    state jobq.job_state;
 BEGIN
     IF job.id IS NULL THEN
         RAISE EXCEPTION 'id must not be NULL' USING ERRCODE = '22004';
     END IF;
-    SELECT j.id, j.queue, j.status, j.attempts, coalesce(j.max_attempts, s.max_attempts, 3), j.result,
-           j.last_error, j.run_at, j.created_at, j.finished_at, j.cancel_requested_at IS NOT NULL,
-           j.enqueued_by
+    SELECT j.id, j.queue, j.status, j.attempts, coalesce(j.max_attempts, s.max_attempts, 3), r.result,
+           j.last_error, j.run_at, j.created_at, j.finished_at, coalesce(j.control & 1 <> 0, false)
       INTO state.id, state.queue, state.status, state.attempts, state.max_attempts, state.result,
-           state.last_error, state.run_at, state.created_at, state.finished_at, state.cancel_requested,
-           enqueued_by
+           state.last_error, state.run_at, state.created_at, state.finished_at, state.cancel_requested
       FROM jobq.jobs AS j
       LEFT JOIN jobq.queue_settings AS s ON s.queue = j.queue
+      LEFT JOIN jobq.results AS r ON r.id = j.id
      WHERE j.id = job.id;
-    IF NOT FOUND OR NOT jobq._sees(enqueued_by) THEN
+    IF NOT FOUND THEN
         RAISE EXCEPTION 'id %: no such job', job.id
             USING ERRCODE = 'JQ002';
     END IF;
@@ -170,7 +141,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.job(bigint) IS
-    'A job''s public state: queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at, cancel_requested. Producers see only their own jobs (JQ002 otherwise).';
+    'A job''s public state: queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at, cancel_requested (not its payload). JQ002: no such job.';
 REVOKE ALL ON FUNCTION jobq.job(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.job(bigint) TO @extowner@;
 
@@ -227,29 +198,30 @@ GRANT EXECUTE ON FUNCTION jobq.wait(bigint, interval) TO @extowner@;
 /*
  * jobq.watch(id): the job's state (jobq.job), after asking for one
  * notification on channel "jobq.done" (its payload: the id) when the job
- * becomes done, failed or cancelled.  LISTEN "jobq.done" first (the name
- * is quoted: it holds a dot, so it is no queue's channel), then watch, then
- * wait for the id or poll: a job that finishes between the two is either
- * returned finished or notified.  Locks the job's row briefly (FOR NO KEY
+ * becomes done, failed or cancelled (by the functions of pgjobq: a direct
+ * UPDATE of the table notifies nobody).  LISTEN "jobq.done" first (the
+ * name is quoted: it holds a dot, so it is no queue's channel), then watch,
+ * then wait for the id or poll: a job that finishes between the two is
+ * either returned finished or notified.  Locks the job's row briefly (FOR NO KEY
  * UPDATE, waiting for a claim or an acknowledgement in flight) when it is
  * not finished.  Raises 22004, JQ002 like jobq.job.
  */
 CREATE FUNCTION jobq.watch(id bigint)
 RETURNS jobq.job_state
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
--- SECURITY DEFINER: like jobq.job; it changes only the watched flag.
+-- SECURITY DEFINER: like jobq.job; it changes only the job's watched bit.
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    state jobq.job_state := jobq.job(watch.id);  -- raises for a job the caller may not see
+    state jobq.job_state := jobq.job(watch.id);  -- raises for an unknown job
 BEGIN
     IF state.status = ANY (ARRAY['done', 'failed', 'cancelled']) THEN
         RETURN state;
     END IF;
     UPDATE jobq.jobs AS j
-       SET watched = true
-     WHERE j.id = watch.id AND j.status = ANY (ARRAY['queued', 'running']) AND j.watched IS NOT TRUE;
+       SET control = coalesce(j.control, 0) | 2  -- watched
+     WHERE j.id = watch.id AND j.status = ANY (ARRAY['queued', 'running']) AND coalesce(j.control & 2 = 0, true);
     RETURN jobq.job(watch.id);
 END
 $$;
@@ -257,32 +229,3 @@ COMMENT ON FUNCTION jobq.watch(bigint) IS
     'Ask for a notification on channel "jobq.done" (payload: the id) when the job finishes; returns its state now.';
 REVOKE ALL ON FUNCTION jobq.watch(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.watch(bigint) TO @extowner@;
-
-/*
- * jobq._notify_watchers(): the trigger of a watched job's status change:
- * notifies "jobq.done" with the job's id when it became done, failed or
- * cancelled.  The trigger's WHEN clause keeps it off unwatched jobs.
- */
-CREATE FUNCTION jobq._notify_watchers()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF NEW.status = ANY (ARRAY['done', 'failed', 'cancelled']) THEN
-        PERFORM pg_notify('jobq.done', NEW.id::text);
-    END IF;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION jobq._notify_watchers() IS 'Internal: notifies "jobq.done" when a watched job finishes.';
-REVOKE ALL ON FUNCTION jobq._notify_watchers() FROM PUBLIC;
-
--- Fires only for watched jobs (WHEN is checked in C, before any call), and
--- only for updates that set status (heartbeats do not).
-CREATE TRIGGER jobs_watched_trg
-    AFTER UPDATE OF status ON jobq.jobs
-    FOR EACH ROW
-    WHEN (NEW.watched)
-    EXECUTE FUNCTION jobq._notify_watchers();
-COMMENT ON TRIGGER jobs_watched_trg ON jobq.jobs IS 'Notifies "jobq.done" when a job watched with jobq.watch finishes.';

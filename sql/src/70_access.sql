@@ -12,16 +12,19 @@
 -- - admin:    both, and jobq.retry_failed, purge, stats, cancel, pause,
 --             resume, configure_queue, the views jobq.health and jobq.queues,
 --             SELECT, INSERT, UPDATE, DELETE on jobq.jobs (USAGE on its
---             sequence) and jobq.queue_settings, and the internal helpers
---             those need;
--- - every level: jobq.job, wait (for a job), watch (a producer sees only the
---             jobs its role enqueued; workers and admins, every job),
---             jobq.channel and jobq.version.
+--             sequence), jobq.queue_settings, jobq.unique_keys and
+--             jobq.results, and the internal helpers those need;
+-- - observer: jobq.job, wait (for a job) and watch, which show any job's
+--             state and result: part of the worker and admin levels, and
+--             of the producer level only when asked (grant_producer(role,
+--             see_jobs => true)), job ids being sequential;
+-- - every level: jobq.channel and jobq.version.
 ----------------------------------------------------------------------------
 
 /*
  * jobq._level_functions(level): the functions a level may execute, for
- * level 'producer', 'worker' or 'admin'; NULL for any other level.
+ * level 'producer', 'observer', 'worker' or 'admin'; NULL for any other
+ * level.
  */
 CREATE FUNCTION jobq._level_functions(level text)
 RETURNS regprocedure[]
@@ -32,11 +35,8 @@ BEGIN
     -- one branch per level, so that planning one never plans the others
     IF _level_functions.level = 'producer' THEN
         RETURN ARRAY[
-                'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval)',
-                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, interval)',
-                'jobq.job(bigint)',
-                'jobq.wait(bigint, interval)',
-                'jobq.watch(bigint)',
+                'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb)',
+                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb)',
                 'jobq.channel(text)',
                 'jobq.version()',
                 'jobq._check_queue(text)']::regprocedure[];
@@ -60,6 +60,13 @@ BEGIN
                 'jobq.channel(text)',
                 'jobq.version()',
                 'jobq._check_queue(text)']::regprocedure[];
+    ELSIF _level_functions.level = 'observer' THEN
+        RETURN ARRAY[
+                'jobq.job(bigint)',
+                'jobq.wait(bigint, interval)',
+                'jobq.watch(bigint)',
+                'jobq.channel(text)',
+                'jobq.version()']::regprocedure[];
     ELSIF _level_functions.level = 'admin' THEN
         -- both levels above, and what operating the queue takes
         RETURN ARRAY(
@@ -74,6 +81,7 @@ BEGIN
                                      'jobq.resume(text)',
                                      'jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[])',
                                      'jobq._queues()',
+                                     'jobq._notify_finished(bigint)',
                                      'jobq._check_payload(jsonb, text)',
                                      'jobq._check_options(integer, timestamptz, integer)',
                                      'jobq._check_lease(bigint, bigint)',
@@ -123,7 +131,8 @@ GRANT EXECUTE ON FUNCTION jobq._grantee(regrole) TO @extowner@;
 /*
  * jobq._grant_level(role, level): returns nothing.  Grants role USAGE on the
  * schema, EXECUTE on jobq._level_functions(level) and, for admin, table
- * privileges on jobq.jobs, its sequence and jobq.queue_settings, and SELECT
+ * privileges on jobq.jobs, its sequence, jobq.queue_settings,
+ * jobq.unique_keys and jobq.results, and SELECT
  * on the views jobq.health and jobq.queues.  Runs with the caller's rights.
  * Raises like jobq._grantee, and 22023 for an unknown level.
  */
@@ -138,7 +147,7 @@ DECLARE
     fn        regprocedure;
 BEGIN
     IF functions IS NULL THEN
-        RAISE EXCEPTION 'level must be producer, worker or admin, got %', quote_nullable(_grant_level.level)
+        RAISE EXCEPTION 'level must be producer, observer, worker or admin, got %', quote_nullable(_grant_level.level)
             USING ERRCODE = '22023';
     END IF;
     EXECUTE format('GRANT USAGE ON SCHEMA jobq TO %I', grantee);
@@ -149,7 +158,8 @@ BEGIN
         EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.jobs TO %I', grantee);
         EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq TO %I', grantee);
         EXECUTE format('GRANT SELECT ON TABLE jobq.health TO %I', grantee);
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings TO %I', grantee);
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings, jobq.unique_keys,'
+                       ' jobq.results, jobq.deadlines TO %I', grantee);
         EXECUTE format('GRANT SELECT ON TABLE jobq.queues TO %I', grantee);
     END IF;
 END
@@ -159,15 +169,32 @@ COMMENT ON FUNCTION jobq._grant_level(regrole, text) IS
 REVOKE ALL ON FUNCTION jobq._grant_level(regrole, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._grant_level(regrole, text) TO @extowner@;
 
-CREATE FUNCTION jobq.grant_producer(role regrole)
+/*
+ * jobq.grant_producer(role, see_jobs): returns nothing.  Grants the
+ * producer level, and with see_jobs the observer level too: jobq.job, wait
+ * and watch, which show any job's state and result by its id (ids are
+ * sequential, so a producer given them can read every job's outcome; not
+ * its payload).  Raises like jobq._grantee, and 22004 for a NULL see_jobs.
+ */
+CREATE FUNCTION jobq.grant_producer(role regrole, see_jobs boolean DEFAULT false)
 RETURNS void
-LANGUAGE sql VOLATILE CALLED ON NULL INPUT
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT jobq._grant_level(grant_producer.role, 'producer') $$;
-COMMENT ON FUNCTION jobq.grant_producer(regrole) IS
-    'Let role enqueue jobs (jobq.enqueue, jobq.enqueue_many) and follow its own (jobq.job, wait, watch); no access to the jobs table. Owner or superuser only.';
-REVOKE ALL ON FUNCTION jobq.grant_producer(regrole) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.grant_producer(regrole) TO @extowner@;
+AS $$
+BEGIN
+    IF grant_producer.see_jobs IS NULL THEN
+        RAISE EXCEPTION 'see_jobs must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM jobq._grant_level(grant_producer.role, 'producer');
+    IF grant_producer.see_jobs THEN
+        PERFORM jobq._grant_level(grant_producer.role, 'observer');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq.grant_producer(regrole, boolean) IS
+    'Let role enqueue jobs (jobq.enqueue, jobq.enqueue_many), and with see_jobs look any job up (jobq.job, wait, watch); no access to the jobs table. Owner or superuser only.';
+REVOKE ALL ON FUNCTION jobq.grant_producer(regrole, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.grant_producer(regrole, boolean) TO @extowner@;
 
 CREATE FUNCTION jobq.grant_worker(role regrole)
 RETURNS void
@@ -185,7 +212,7 @@ LANGUAGE sql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT jobq._grant_level(grant_admin.role, 'admin') $$;
 COMMENT ON FUNCTION jobq.grant_admin(regrole) IS
-    'Let role do everything with the queue: every function, retry_failed, purge, stats, cancel, pause, resume, configure_queue, jobq.health, jobq.queues, and read and write jobq.jobs and jobq.queue_settings. Owner or superuser only.';
+    'Let role do everything with the queue: every function, retry_failed, purge, stats, cancel, pause, resume, configure_queue, jobq.health, jobq.queues, and read and write jobq.jobs, jobq.queue_settings, jobq.unique_keys and jobq.results. Owner or superuser only.';
 REVOKE ALL ON FUNCTION jobq.grant_admin(regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.grant_admin(regrole) TO @extowner@;
 
@@ -210,7 +237,8 @@ BEGIN
     EXECUTE format('REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.jobs FROM %I', grantee);
     EXECUTE format('REVOKE USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq FROM %I', grantee);
     EXECUTE format('REVOKE SELECT ON TABLE jobq.health FROM %I', grantee);
-    EXECUTE format('REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings FROM %I', grantee);
+    EXECUTE format('REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings, jobq.unique_keys,'
+                   ' jobq.results, jobq.deadlines FROM %I', grantee);
     EXECUTE format('REVOKE SELECT ON TABLE jobq.queues FROM %I', grantee);
 END
 $$;

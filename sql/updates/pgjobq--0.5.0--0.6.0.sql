@@ -8,55 +8,97 @@
  * Functions that gain arguments are created beside the old ones, given the
  * old ones' grants, and the old ones dropped at the end; jobq.stats, whose
  * result gains a column, is renamed aside first.  Adding the columns does
- * not rewrite jobq.jobs; building jobs_unique_idx reads it once, under the
- * upgrade's lock (every new entry is a job with a unique key: none yet). */
+ * not rewrite jobq.jobs. */
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION pgjobq UPDATE TO '0.6.0'" to load this file. \quit
 
 ----------------------------------------------------------------------------
--- The jobs table: the columns of job control, NULL for a plain job.
+-- The jobs table: two columns of job control, NULL for a plain job; unique
+-- keys, results and deadlines in tables of their own.
 ----------------------------------------------------------------------------
 
 ALTER TABLE jobq.jobs
     ALTER COLUMN max_attempts DROP NOT NULL,
     ALTER COLUMN max_attempts DROP DEFAULT,
-    ADD COLUMN unique_key          text,
-    ADD COLUMN unique_scope        text,
-    ADD COLUMN headers             jsonb,
-    ADD COLUMN result              jsonb,
-    ADD COLUMN cancel_requested_at timestamptz,
-    ADD COLUMN timeout             interval,
-    ADD COLUMN deadline            timestamptz,
-    ADD COLUMN watched             boolean,
-    ADD COLUMN enqueued_by         text;
+    ADD COLUMN headers jsonb,
+    ADD COLUMN control smallint;
 
 COMMENT ON TABLE jobq.jobs IS
     'One row per job.  status: queued -> running -> done | failed | cancelled; failed rows are the dead-letter queue.';
 COMMENT ON COLUMN jobq.jobs.status IS 'queued, running, done, failed or cancelled.';
 COMMENT ON COLUMN jobq.jobs.max_attempts IS 'After this many attempts a failure or a stale lease makes the job failed. NULL until claimed: the queue''s max_attempts (jobq.configure_queue), else 3; claim writes the value it applies.';
 COMMENT ON COLUMN jobq.jobs.finished_at IS 'When the job became done, failed or cancelled.';
-COMMENT ON COLUMN jobq.jobs.unique_key IS 'With jobq.enqueue(unique_key => ...): at most one job of the queue holds the key while queued or running (or done, with unique_scope until_done). 1 to 512 characters.';
-COMMENT ON COLUMN jobq.jobs.unique_scope IS 'NULL (the key counts while the job is queued or running) or until_done (also while done, until purged).';
 COMMENT ON COLUMN jobq.jobs.headers IS 'Metadata for the worker (trace context, for example): a JSON object of at most 1 MiB, returned by claim.';
-COMMENT ON COLUMN jobq.jobs.result IS 'What the handler returned: any JSON value of at most 1 MiB, stored by complete (result => ...).';
-COMMENT ON COLUMN jobq.jobs.cancel_requested_at IS 'When jobq.cancel asked the worker of this running job to stop; the job then ends cancelled unless it completes.';
-COMMENT ON COLUMN jobq.jobs.timeout IS 'The longest an attempt may run (enqueue(timeout => ...)); NULL: the queue''s timeout, else none.';
-COMMENT ON COLUMN jobq.jobs.deadline IS 'Set by claim from the timeout: the lease is never extended past it, so jobq.reap recovers a hung attempt even though it heartbeats.';
-COMMENT ON COLUMN jobq.jobs.watched IS 'Set by jobq.watch: the job notifies channel "jobq.done" (payload: its id) when it becomes done, failed or cancelled.';
-COMMENT ON COLUMN jobq.jobs.enqueued_by IS 'The role that enqueued the job (its SET ROLE, else its session user); producers see only jobs of roles they are members of (jobq.job).';
+COMMENT ON COLUMN jobq.jobs.control IS 'Job control, as bits: 1, a cancel was requested (jobq.cancel) while it ran; 2, it is watched (jobq.watch); 4, it was enqueued with a unique key (jobq.unique_keys). NULL: none of these.';
 
--- Serves unique jobs (jobq.enqueue(unique_key => ...)): at most one job per
--- queue and key while it counts.  Partial on unique_key, so plain jobs have
--- no entry; enqueue's INSERT ... ON CONFLICT DO NOTHING waits for a
--- conflicting insert still in flight, then yields to it.  Retries, reaps and
--- snoozes keep a job in the scope, so they never collide; a redrive
--- (jobq.retry_failed) may, and skips the job.
-CREATE UNIQUE INDEX jobs_unique_idx ON jobq.jobs (queue, unique_key)
-    WHERE unique_key IS NOT NULL
-      AND (status OPERATOR(pg_catalog.=) ANY (ARRAY['queued', 'running']::text[])
-           OR (status OPERATOR(pg_catalog.=) 'done' AND unique_scope OPERATOR(pg_catalog.=) 'until_done'));
-COMMENT ON INDEX jobq.jobs_unique_idx IS 'Unique jobs: one job per queue and unique_key while queued or running (or done, for unique_scope until_done).';
+-- Unique jobs, one row per queue and key: the job that holds the key.  Its
+-- primary key is the unique index that decides between concurrent
+-- enqueues of one key (jobq._take_key).  A table of its own, not an index
+-- on jobq.jobs: an index there would be opened and its predicate evaluated
+-- by every insert and every status change of every job, keyed or not, which
+-- cost plain queues 6% of a claim and its completion
+-- (bench/results/instructions.md); here only jobs with a key pay.  The row
+-- is not kept in step with its job: whether the holder still counts (it is
+-- queued or running, or done when until_done) is judged when
+-- another job wants the key, under the row's lock, so finishing, failing,
+-- retrying or cancelling a job never touches this table.  jobq.purge
+-- deletes the rows of the jobs it deletes.
+CREATE TABLE jobq.unique_keys (
+    queue      text    NOT NULL,
+    unique_key text    NOT NULL,
+    job_id     bigint  NOT NULL,
+    until_done boolean NOT NULL,
+    CONSTRAINT unique_keys_pkey PRIMARY KEY (queue, unique_key)
+);
+-- a job's key, for jobq.retry_failed and jobq.purge
+CREATE INDEX unique_keys_job_idx ON jobq.unique_keys (job_id);
+COMMENT ON INDEX jobq.unique_keys_job_idx IS 'The key a job holds, for redrives and purges.';
+COMMENT ON TABLE jobq.unique_keys IS
+    'Unique jobs: for each queue and key, the job that holds the key (it counts while queued or running, or done when until_done).';
+COMMENT ON COLUMN jobq.unique_keys.queue IS 'The queue.';
+COMMENT ON COLUMN jobq.unique_keys.unique_key IS 'The key.';
+COMMENT ON COLUMN jobq.unique_keys.job_id IS 'The job that holds the key, or held it last.';
+COMMENT ON COLUMN jobq.unique_keys.until_done IS 'The holder was enqueued with unique_scope until_done: it counts while done too, until purged.';
+SELECT pg_catalog.pg_extension_config_dump('jobq.unique_keys', '');
+REVOKE ALL ON TABLE jobq.unique_keys FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.unique_keys TO @extowner@;
+
+-- Results, one row per job that returned one (jobq.complete(result => ...)):
+-- a table of its own, so that results, which may be large, never widen the
+-- rows claims scan, and plain jobs never write one.  jobq.purge deletes the
+-- results of the jobs it deletes.
+CREATE TABLE jobq.results (
+    id     bigint NOT NULL,
+    result jsonb  NOT NULL,
+    CONSTRAINT results_pkey PRIMARY KEY (id)
+);
+COMMENT ON TABLE jobq.results IS 'What handlers returned: one row per done job that returned a result (read it with jobq.job).';
+COMMENT ON COLUMN jobq.results.id IS 'The job (jobq.jobs.id).';
+COMMENT ON COLUMN jobq.results.result IS 'Any JSON value of at most 1 MiB.';
+SELECT pg_catalog.pg_extension_config_dump('jobq.results', '');
+REVOKE ALL ON TABLE jobq.results FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.results TO @extowner@;
+
+-- Deadlines, one row per job claimed from a queue with a timeout
+-- (jobq.configure_queue(timeout => ...)), for the lease it was claimed
+-- under: heartbeats never extend that lease past the deadline, so
+-- jobq.reap recovers a hung attempt even though it heartbeats.  A row of an
+-- older lease is ignored.  jobq.purge deletes the rows of the jobs it
+-- deletes.
+CREATE TABLE jobq.deadlines (
+    id       bigint      NOT NULL,
+    lease    bigint      NOT NULL,
+    deadline timestamptz NOT NULL,
+    CONSTRAINT deadlines_pkey PRIMARY KEY (id)
+);
+COMMENT ON TABLE jobq.deadlines IS 'The deadline of the current attempt of jobs claimed from a queue with a timeout.';
+COMMENT ON COLUMN jobq.deadlines.id IS 'The job (jobq.jobs.id).';
+COMMENT ON COLUMN jobq.deadlines.lease IS 'The lease the deadline belongs to; a row of an older lease is ignored.';
+COMMENT ON COLUMN jobq.deadlines.deadline IS 'The lease is not extended past it: claim time + the queue''s timeout.';
+SELECT pg_catalog.pg_extension_config_dump('jobq.deadlines', '');
+REVOKE ALL ON TABLE jobq.deadlines FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.deadlines TO @extowner@;
 
 ----------------------------------------------------------------------------
 -- Queues: each queue's policy (sql/src/15_queues.sql, all new).
@@ -455,15 +497,14 @@ REVOKE ALL ON FUNCTION jobq._check_results(bigint[], jsonb[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._check_results(bigint[], jsonb[]) TO @extowner@;
 
 /*
- * jobq._check_job_options(unique_key, unique_scope, on_conflict, headers,
- * timeout): returns nothing; raises 22004 for a NULL unique_scope or
- * on_conflict, 22023 for a unique_key that is not 1 to 512 characters, an
- * unique_scope other than active or until_done, an on_conflict other than
- * return, skip, raise or replace, headers that are not a JSON object, a
- * timeout not positive or over 30 days, and 54000 for headers over 1 MiB.
+ * jobq._check_job_options(unique_key, unique_scope, on_conflict, headers):
+ * returns nothing; raises 22004 for a NULL unique_scope or on_conflict,
+ * 22023 for a unique_key that is not 1 to 512 characters, a unique_scope
+ * other than active or until_done, an on_conflict other than return, skip,
+ * raise or replace, headers that are not a JSON object, and 54000 for
+ * headers over 1 MiB.
  */
-CREATE FUNCTION jobq._check_job_options(unique_key text, unique_scope text, on_conflict text,
-                                        headers jsonb, timeout interval)
+CREATE FUNCTION jobq._check_job_options(unique_key text, unique_scope text, on_conflict text, headers jsonb)
 RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
@@ -490,79 +531,138 @@ BEGIN
     IF headers IS NOT NULL THEN
         PERFORM jobq._check_payload(headers, 'headers');
     END IF;
-    IF timeout <= interval '0' OR timeout > interval '30 days' THEN
-        RAISE EXCEPTION 'timeout must be a positive interval of at most 30 days, got %', timeout
-            USING ERRCODE = '22023';
-    END IF;
 END
 $$;
-COMMENT ON FUNCTION jobq._check_job_options(text, text, text, jsonb, interval) IS
-    'Internal: raises 22004/22023/54000 unless the unique, headers and timeout options of an enqueue are valid.';
-REVOKE ALL ON FUNCTION jobq._check_job_options(text, text, text, jsonb, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._check_job_options(text, text, text, jsonb, interval) TO @extowner@;
+COMMENT ON FUNCTION jobq._check_job_options(text, text, text, jsonb) IS
+    'Internal: raises 22004/22023/54000 unless the unique and headers options of an enqueue are valid.';
+REVOKE ALL ON FUNCTION jobq._check_job_options(text, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_job_options(text, text, text, jsonb) TO @extowner@;
 
 ----------------------------------------------------------------------------
--- Producing: unique keys, headers and timeouts.
+-- Wake-ups: "jobq.done" for watched jobs.
 ----------------------------------------------------------------------------
 
 /*
+ * jobq._notify_finished(id): true, after notifying channel "jobq.done"
+ * with the id (jobq.watch).  The functions that finish a job call it for a
+ * watched one, in the statement that finishes it: written as
+ * "watched AND ... AND jobq._notify_finished(id)", so that an unwatched
+ * job costs one test of a NULL.
+ */
+CREATE FUNCTION jobq._notify_finished(id bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM pg_notify('jobq.done', _notify_finished.id::text);
+    RETURN true;
+END
+$$;
+COMMENT ON FUNCTION jobq._notify_finished(bigint) IS 'Internal: notify "jobq.done" that the job finished; returns true.';
+REVOKE ALL ON FUNCTION jobq._notify_finished(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._notify_finished(bigint) TO @extowner@;
+
+----------------------------------------------------------------------------
+-- Producing: unique keys and headers.
+----------------------------------------------------------------------------
+
+/*
+ * jobq._take_key(queue, unique_key, until_done, job_id): NULL when the key
+ * now belongs to job_id (it was free, or held by a job that no longer
+ * counts: done without until_done, failed, cancelled or purged), else the
+ * id of the job that holds it and counts (queued or running, or done when
+ * the key was taken until_done).  The primary key of jobq.unique_keys
+ * decides, never a look before the insert: INSERT ... ON CONFLICT DO
+ * NOTHING waits for a conflicting insert in flight and yields to it once
+ * it commits (inserts, if it rolls back).  Locks the key's row (FOR NO KEY
+ * UPDATE, waiting) before it judges the holder, until the transaction
+ * ends: enqueues of one key follow each other, and a redrive of the holder
+ * (jobq.retry_failed, which locks the row too) is seen.  Raises 40001
+ * under REPEATABLE READ when the key's row changed after the snapshot
+ * (PostgreSQL's own error), or when the row was purged 5 times over.
+ */
+CREATE FUNCTION jobq._take_key(queue text, unique_key text, until_done boolean, job_id bigint)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    holder         bigint;
+    holder_done_ok boolean;  -- the holder took the key until_done
+BEGIN
+    FOR round IN 1..5 LOOP
+        INSERT INTO jobq.unique_keys (queue, unique_key, job_id, until_done)
+        VALUES (_take_key.queue, _take_key.unique_key, _take_key.job_id, _take_key.until_done)
+        ON CONFLICT ON CONSTRAINT unique_keys_pkey DO NOTHING;
+        IF FOUND THEN
+            RETURN NULL;
+        END IF;
+        SELECT k.job_id, k.until_done INTO holder, holder_done_ok
+          FROM jobq.unique_keys AS k
+         WHERE k.queue = _take_key.queue AND k.unique_key = _take_key.unique_key
+           FOR NO KEY UPDATE;
+        CONTINUE WHEN NOT FOUND;  -- purged meanwhile: insert again
+        -- the holder as it is now (a statement of its own: a fresh snapshot)
+        IF holder = _take_key.job_id
+           OR NOT EXISTS (SELECT FROM jobq.jobs AS j
+                           WHERE j.id = holder
+                             AND (j.status = ANY (ARRAY['queued', 'running'])
+                                  OR (j.status = 'done' AND holder_done_ok))) THEN
+            UPDATE jobq.unique_keys AS k
+               SET job_id = _take_key.job_id, until_done = _take_key.until_done
+             WHERE k.queue = _take_key.queue AND k.unique_key = _take_key.unique_key;
+            RETURN NULL;
+        END IF;
+        RETURN holder;
+    END LOOP;
+    RAISE EXCEPTION 'unique key % of queue % changed hands too often to settle', quote_literal(_take_key.unique_key),
+                    quote_literal(_take_key.queue)
+        USING ERRCODE = '40001',
+              HINT = 'Retry the transaction.';
+END
+$$;
+COMMENT ON FUNCTION jobq._take_key(text, text, boolean, bigint) IS
+    'Internal: give a unique key to a job unless a job that still counts holds it; returns that holder, or NULL.';
+REVOKE ALL ON FUNCTION jobq._take_key(text, text, boolean, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._take_key(text, text, boolean, bigint) TO @extowner@;
+
+/*
  * jobq._enqueue_unique(queue, payload, priority, run_at, max_attempts,
- * unique_key, unique_scope, on_conflict, headers, timeout, enqueued_by):
- * enqueues a job with a unique key, or resolves the conflict with the job
- * that holds the key (see jobq.enqueue).  Returns id (the new job, the
- * holder, or NULL for skip) and changed (whether a job was inserted or
- * replaced, so that the caller wakes the queue's workers).
- *
- * The unique index decides, never a look before the insert: INSERT ... ON
- * CONFLICT DO NOTHING waits for a conflicting insert in flight and yields
- * to it once it commits (or inserts, if it rolls back).  The holder is then
- * read with a fresh snapshot; one that left the scope in between (finished,
- * cancelled) makes it try again, up to 5 rounds.  replace locks the holder
- * (FOR NO KEY UPDATE, waiting), so a claim in flight finishes first and the
- * holder's status is current.  The caller checks the arguments.  Raises
- * JQ004 (on_conflict raise), 40001 (5 rounds lost to jobs leaving the
- * scope; also raised by PostgreSQL under REPEATABLE READ when the holder
- * committed after the snapshot).
+ * unique_key, unique_scope, on_conflict, headers): enqueues a job with a
+ * unique key, or resolves the conflict with the job that holds the key
+ * (see jobq.enqueue).  Returns id (the new job, the holder, or NULL for
+ * skip) and changed (whether a job was inserted or replaced, so that the
+ * caller wakes the queue's workers).  The key is taken by jobq._take_key;
+ * replace locks the holder (FOR NO KEY UPDATE, waiting), so a claim in
+ * flight finishes first and the holder's status is current.  The caller
+ * checks the arguments.  Raises JQ004 (on_conflict raise), 40001 (as
+ * jobq._take_key, or 5 rounds of holders leaving).
  */
 CREATE FUNCTION jobq._enqueue_unique(
     queue text, payload jsonb, priority integer, run_at timestamptz, max_attempts integer,
-    unique_key text, unique_scope text, on_conflict text, headers jsonb, timeout interval, enqueued_by text,
+    unique_key text, unique_scope text, on_conflict text, headers jsonb,
     OUT id bigint, OUT changed boolean)
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
+    new_id        bigint := nextval('jobq.jobs_id_seq'::regclass);
     holder_id     bigint;
     holder_status text;
 BEGIN
     FOR round IN 1..5 LOOP
-        INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, unique_key, unique_scope,
-                               headers, timeout, enqueued_by)
-        VALUES (_enqueue_unique.queue, _enqueue_unique.payload, _enqueue_unique.priority,
-                _enqueue_unique.run_at, _enqueue_unique.max_attempts, _enqueue_unique.unique_key,
-                nullif(_enqueue_unique.unique_scope, 'active'), _enqueue_unique.headers,
-                _enqueue_unique.timeout, _enqueue_unique.enqueued_by)
-        ON CONFLICT DO NOTHING
-        RETURNING jobq.jobs.id INTO _enqueue_unique.id;
-        IF FOUND THEN
+        holder_id := jobq._take_key(_enqueue_unique.queue, _enqueue_unique.unique_key,
+                                    _enqueue_unique.unique_scope = 'until_done', new_id);
+        IF holder_id IS NULL THEN
+            INSERT INTO jobq.jobs (id, queue, payload, priority, run_at, max_attempts, headers, control)
+            VALUES (new_id, _enqueue_unique.queue, _enqueue_unique.payload, _enqueue_unique.priority,
+                    _enqueue_unique.run_at, _enqueue_unique.max_attempts, _enqueue_unique.headers,
+                    4);  -- enqueued with a unique key
+            id := new_id;
             changed := true;
             RETURN;
         END IF;
-
-        -- the holder: the job the unique index counts (its predicate, spelled out)
-        IF _enqueue_unique.on_conflict = 'replace' THEN
-            SELECT j.id, j.status INTO holder_id, holder_status
-              FROM jobq.jobs AS j
-             WHERE j.queue = _enqueue_unique.queue AND j.unique_key = _enqueue_unique.unique_key
-               AND (j.status = ANY (ARRAY['queued', 'running']) OR (j.status = 'done' AND j.unique_scope = 'until_done'))
-               FOR NO KEY UPDATE;
-        ELSE
-            SELECT j.id, j.status INTO holder_id, holder_status
-              FROM jobq.jobs AS j
-             WHERE j.queue = _enqueue_unique.queue AND j.unique_key = _enqueue_unique.unique_key
-               AND (j.status = ANY (ARRAY['queued', 'running']) OR (j.status = 'done' AND j.unique_scope = 'until_done'));
-        END IF;
-        CONTINUE WHEN NOT FOUND;  -- it left the scope meanwhile: insert again
 
         changed := false;
         IF _enqueue_unique.on_conflict = 'return' THEN
@@ -572,6 +672,7 @@ BEGIN
             id := NULL;
             RETURN;
         ELSIF _enqueue_unique.on_conflict = 'raise' THEN
+            SELECT j.status INTO holder_status FROM jobq.jobs AS j WHERE j.id = holder_id;
             RAISE EXCEPTION 'unique key % of queue % is held by job %', quote_literal(_enqueue_unique.unique_key),
                             quote_literal(_enqueue_unique.queue), holder_id
                 USING ERRCODE = 'JQ004',
@@ -579,26 +680,32 @@ BEGIN
                       HINT = 'on_conflict => ''return'' returns its id instead.';
         END IF;
 
-        -- replace (debounce)
+        -- replace (debounce): the holder, locked, as it is now
+        SELECT j.status INTO holder_status FROM jobq.jobs AS j WHERE j.id = holder_id FOR NO KEY UPDATE;
         IF holder_status = 'queued' THEN
             UPDATE jobq.jobs AS j
                SET payload = _enqueue_unique.payload, priority = _enqueue_unique.priority,
                    run_at = _enqueue_unique.run_at, max_attempts = _enqueue_unique.max_attempts,
-                   headers = _enqueue_unique.headers, timeout = _enqueue_unique.timeout
+                   headers = _enqueue_unique.headers
              WHERE j.id = holder_id;
             id := holder_id;
             changed := true;
             RETURN;
         ELSIF holder_status = 'running' THEN
             -- the running job runs on, but gives up the key and its retries
-            -- (a failure ends it failed), and the new job takes the key
+            -- (a failure ends it failed): the next round gives the key to
+            -- the new job
             UPDATE jobq.jobs AS j
-               SET unique_key = NULL, unique_scope = NULL, max_attempts = j.attempts
+               SET max_attempts = j.attempts
              WHERE j.id = holder_id;
-        ELSE
+            UPDATE jobq.unique_keys AS k  -- locked by jobq._take_key
+               SET job_id = new_id, until_done = _enqueue_unique.unique_scope = 'until_done'
+             WHERE k.queue = _enqueue_unique.queue AND k.unique_key = _enqueue_unique.unique_key;
+        ELSIF holder_status = 'done' THEN
             id := holder_id;  -- done (until_done): nothing left to replace
             RETURN;
         END IF;
+        -- the holder left the scope meanwhile, or gave up the key: take it again
     END LOOP;
     RAISE EXCEPTION 'unique key % of queue % changed hands too often to settle', quote_literal(_enqueue_unique.unique_key),
                     quote_literal(_enqueue_unique.queue)
@@ -606,29 +713,28 @@ BEGIN
               HINT = 'Retry the transaction.';
 END
 $$;
-COMMENT ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval, text) IS
+COMMENT ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) IS
     'Internal: enqueue a job with a unique key, or resolve the conflict with the job holding it.';
-REVOKE ALL ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval, text) TO @extowner@;
+REVOKE ALL ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) TO @extowner@;
 
 /*
  * jobq.enqueue(queue, payload, priority, run_at, max_attempts, unique_key,
- * unique_scope, on_conflict, headers, timeout): the new job's id.  Runs in
- * the caller's transaction: rolled back, the job never existed.  Inserts one
- * row; holds the queue's wake-up advisory lock shared (never waiting for it)
- * until the transaction ends, and notifies jobq_<queue> when a worker waits
- * (see 30_notify.sql).
+ * unique_scope, on_conflict, headers): the new job's id.  Runs in the
+ * caller's transaction: rolled back, the job never existed.  Inserts one
+ * row; holds the queue's wake-up advisory lock shared (never waiting for
+ * it) until the transaction ends, and notifies jobq_<queue> when a worker
+ * waits (see 30_notify.sql).
  *
  * Options: priority (higher first), run_at (not before), max_attempts (NULL:
  * the queue's, else 3), headers (a JSON object the worker receives with the
- * payload), timeout (the longest an attempt may run; NULL: the queue's).
- * With unique_key, while a job of the queue holding that key is queued or
- * running (or done, with unique_scope => 'until_done', until purged), no
- * second one is created; on_conflict decides what happens instead: return
- * (the holder's id), skip (NULL), raise (JQ004), replace (a queued holder
- * takes this call's payload, priority, run_at, max_attempts, headers and
- * timeout, and its id is returned; a running holder runs on but gives up
- * the key and its retries, and a new job is inserted; a done holder is
+ * payload).  With unique_key, while a job of the queue holding that key is
+ * queued or running (or done, with unique_scope => 'until_done', until
+ * purged), no second one is created; on_conflict decides what happens
+ * instead: return (the holder's id), skip (NULL), raise (JQ004), replace (a
+ * queued holder takes this call's payload, priority, run_at, max_attempts
+ * and headers, and its id is returned; a running holder runs on but gives
+ * up the key and its retries, and a new job is inserted; a done holder is
  * returned).  A conflicting enqueue still in flight is waited for.
  *
  * Raises 22004 (NULL argument), 22023 (bad queue name, payload not a JSON
@@ -638,8 +744,7 @@ GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz
  *
  * The hot path of producers: the checks are inline (a helper is called
  * only to raise, or to measure a payload that may be compressed), the work
- * is one INSERT and, for the wake-up, one lock and one look at
- * jobq._waiters.
+ * is the wake-up lock and one INSERT, which also looks at jobq._waiters.
  */
 CREATE FUNCTION jobq.enqueue(
     queue        text,
@@ -650,8 +755,7 @@ CREATE FUNCTION jobq.enqueue(
     unique_key   text        DEFAULT NULL,
     unique_scope text        DEFAULT 'active',
     on_conflict  text        DEFAULT 'return',
-    headers      jsonb       DEFAULT NULL,
-    timeout      interval    DEFAULT NULL)
+    headers      jsonb       DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: producers insert jobs without INSERT on jobq.jobs.
@@ -661,7 +765,7 @@ AS $$
 DECLARE
     new_id  bigint;
     locked  boolean;
-    changed boolean;
+    waiting boolean;  -- a worker waits for the queue
 BEGIN
     IF enqueue.queue IS NULL THEN
         RAISE EXCEPTION 'queue must not be NULL' USING ERRCODE = '22004';
@@ -681,52 +785,59 @@ BEGIN
     END IF;
     IF enqueue.priority IS NULL OR enqueue.priority NOT BETWEEN -32768 AND 32767
        OR enqueue.run_at IS NULL OR NOT isfinite(enqueue.run_at)
-       OR enqueue.run_at NOT BETWEEN now() - interval '10 years' AND now() + interval '10 years'
+       -- within 3,650 days is within 10 years; outside, _check_options decides on the calendar
+       OR NOT (enqueue.run_at - now() BETWEEN interval '-3650 days' AND interval '3650 days')
        OR enqueue.max_attempts NOT BETWEEN 1 AND 1000 THEN
-        PERFORM jobq._check_options(enqueue.priority, enqueue.run_at, enqueue.max_attempts);  -- raises
-    END IF;
-    -- the options of job control, checked by their helper only when one is given
-    IF enqueue.unique_key IS NOT NULL OR enqueue.unique_scope IS DISTINCT FROM 'active'
-       OR enqueue.on_conflict IS DISTINCT FROM 'return' OR enqueue.headers IS NOT NULL
-       OR enqueue.timeout IS NOT NULL THEN
-        PERFORM jobq._check_job_options(enqueue.unique_key, enqueue.unique_scope, enqueue.on_conflict,
-                                        enqueue.headers, enqueue.timeout);
+        PERFORM jobq._check_options(enqueue.priority, enqueue.run_at, enqueue.max_attempts);  -- raises if bad
     END IF;
 
-    IF enqueue.unique_key IS NULL THEN
-        INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, timeout, enqueued_by)
-        VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts,
-                enqueue.headers, enqueue.timeout, coalesce(nullif(current_setting('role'), 'none'), session_user))
-        RETURNING jobq.jobs.id INTO new_id;
+    -- the wake-up (30_notify.sql): the lock first, then, in the INSERT, so
+    -- with a snapshot taken after it, the look at the waiters
+    locked := pg_try_advisory_xact_lock_shared(hashtext('jobq._waiters'), hashtext(enqueue.queue));
+    IF enqueue.unique_key IS NULL AND enqueue.headers IS NULL
+       AND enqueue.on_conflict = 'return' AND enqueue.unique_scope = 'active' THEN
+        INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts)
+        VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts)
+        RETURNING jobq.jobs.id,
+                  EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now())
+             INTO new_id, waiting;
     ELSE
-        SELECT u.id, u.changed INTO new_id, changed
-          FROM jobq._enqueue_unique(enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at,
-                                    enqueue.max_attempts, enqueue.unique_key, enqueue.unique_scope,
-                                    enqueue.on_conflict, enqueue.headers, enqueue.timeout,
-                                    coalesce(nullif(current_setting('role'), 'none'), session_user)) AS u;
-        IF NOT changed THEN
-            RETURN new_id;  -- nothing new to run
+        -- the options of job control, checked by their helper
+        PERFORM jobq._check_job_options(enqueue.unique_key, enqueue.unique_scope, enqueue.on_conflict,
+                                        enqueue.headers);
+        IF enqueue.unique_key IS NULL THEN
+            -- the INSERT above with headers (kept apart so that the plain one keeps its plan)
+            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
+            VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts,
+                    enqueue.headers)
+            RETURNING jobq.jobs.id,
+                      EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now())
+                 INTO new_id, waiting;
+        ELSE
+            SELECT u.id, u.changed INTO new_id, waiting
+              FROM jobq._enqueue_unique(enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at,
+                                        enqueue.max_attempts, enqueue.unique_key, enqueue.unique_scope,
+                                        enqueue.on_conflict, enqueue.headers) AS u;
+            IF NOT waiting THEN
+                RETURN new_id;  -- nothing new to run: no wake-up
+            END IF;
+            waiting := EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now());
         END IF;
     END IF;
-
-    -- the wake-up (30_notify.sql): the lock first, then, in a statement of
-    -- its own and so with a snapshot taken after it, the look at the waiters
-    locked := pg_try_advisory_xact_lock_shared(hashtext('jobq._waiters'), hashtext(enqueue.queue));
-    IF NOT locked OR current_setting('transaction_isolation') <> 'read committed'
-       OR EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now()) THEN
+    IF waiting OR NOT locked OR current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM pg_notify('jobq_' || enqueue.queue, '');
     END IF;
     RETURN new_id;
 END
 $$;
-COMMENT ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval) IS
-    'Enqueue one job; returns its id. Options: priority, run_at, max_attempts, headers, timeout; unique_key with unique_scope (active, until_done) and on_conflict (return, skip, raise, replace). Notifies jobq_<queue> when a worker waits.';
-REVOKE ALL ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval) TO @extowner@;
+COMMENT ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) IS
+    'Enqueue one job; returns its id. Options: priority, run_at, max_attempts, headers; unique_key with unique_scope (active, until_done) and on_conflict (return, skip, raise, replace). Notifies jobq_<queue> when a worker waits.';
+REVOKE ALL ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) TO @extowner@;
 
 /*
  * jobq.enqueue_many(queue, payloads, priority, run_at, max_attempts,
- * unique_keys, unique_scope, on_conflict, headers, timeout): the ids, in the
+ * unique_keys, unique_scope, on_conflict, headers): the ids, in the
  * order of payloads; without unique_keys one INSERT, and at most one
  * notification (as jobq.enqueue).  unique_keys, when given, is aligned with
  * payloads (NULL: no key for that job), and each job is enqueued as
@@ -746,8 +857,7 @@ CREATE FUNCTION jobq.enqueue_many(
     unique_keys  text[]      DEFAULT NULL,
     unique_scope text        DEFAULT 'active',
     on_conflict  text        DEFAULT 'return',
-    headers      jsonb       DEFAULT NULL,
-    timeout      interval    DEFAULT NULL)
+    headers      jsonb       DEFAULT NULL)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: producers insert jobs without INSERT on jobq.jobs.
@@ -759,7 +869,6 @@ DECLARE
     bad_payload  jsonb;
     new_ids      bigint[];
     locked       boolean;
-    enqueuer     text := coalesce(nullif(current_setting('role'), 'none'), session_user);
     one          record;
     one_id       bigint;
     any_changed  boolean := false;
@@ -786,13 +895,13 @@ BEGIN
     END IF;
     PERFORM jobq._check_options(enqueue_many.priority, enqueue_many.run_at, enqueue_many.max_attempts);
     PERFORM jobq._check_job_options(NULL, enqueue_many.unique_scope, enqueue_many.on_conflict,
-                                    enqueue_many.headers, enqueue_many.timeout);
+                                    enqueue_many.headers);
 
     IF enqueue_many.unique_keys IS NULL THEN
         WITH inserted AS (
-            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, timeout, enqueued_by)
+            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
             SELECT enqueue_many.queue, p.payload, enqueue_many.priority, enqueue_many.run_at,
-                   enqueue_many.max_attempts, enqueue_many.headers, enqueue_many.timeout, enqueuer
+                   enqueue_many.max_attempts, enqueue_many.headers
               FROM unnest(enqueue_many.payloads) WITH ORDINALITY AS p(payload, position)
              ORDER BY p.position
             RETURNING jobq.jobs.id
@@ -832,9 +941,9 @@ BEGIN
              ORDER BY p.position
         LOOP
             IF one.unique_key IS NULL THEN
-                INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, timeout, enqueued_by)
+                INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
                 VALUES (enqueue_many.queue, one.payload, enqueue_many.priority, enqueue_many.run_at,
-                        enqueue_many.max_attempts, enqueue_many.headers, enqueue_many.timeout, enqueuer)
+                        enqueue_many.max_attempts, enqueue_many.headers)
                 RETURNING jobq.jobs.id INTO one_id;
                 new_ids := new_ids || one_id;
                 any_changed := true;
@@ -843,7 +952,7 @@ BEGIN
                   FROM jobq._enqueue_unique(enqueue_many.queue, one.payload, enqueue_many.priority,
                                             enqueue_many.run_at, enqueue_many.max_attempts, one.unique_key,
                                             enqueue_many.unique_scope, enqueue_many.on_conflict,
-                                            enqueue_many.headers, enqueue_many.timeout, enqueuer) AS u;
+                                            enqueue_many.headers) AS u;
             END IF;
         END LOOP;
     END IF;
@@ -858,14 +967,126 @@ BEGIN
     RETURN new_ids;
 END
 $$;
-COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, interval) IS
+COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb) IS
     'Enqueue many jobs in one call; returns their ids in the order of payloads. Same options as jobq.enqueue, with unique_keys aligned with payloads.';
-REVOKE ALL ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, interval) TO @extowner@;
+REVOKE ALL ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb) TO @extowner@;
 
 ----------------------------------------------------------------------------
--- Claiming: pause, the queue's lease and timeout, max_attempts.
+-- Claiming: the queue's settings, cached with forward mode's position
+-- (whose old rows, hints only, start afresh); pause, lease, timeout.
 ----------------------------------------------------------------------------
+
+DROP TABLE jobq._claim_hints;
+
+CREATE UNLOGGED TABLE jobq._claim_hints (
+    queue         text        NOT NULL,
+    priority      integer,
+    run_at        timestamptz,
+    id            bigint,
+    until         timestamptz,
+    paused        boolean,
+    lease_timeout interval,
+    timeout       interval,
+    max_attempts  integer,
+    cached_until  timestamptz NOT NULL
+);
+COMMENT ON TABLE jobq._claim_hints IS
+    'Internal: per queue claimed lately, its settings (from jobq.queue_settings, until cached_until) and where claims in forward mode scan from (priority, run_at, id, until until). A cache and a hint only.';
+REVOKE ALL ON TABLE jobq._claim_hints FROM PUBLIC;
+
+/*
+ * jobq._claim_settings(queue): the queue's row of jobq._claim_hints, its
+ * settings read afresh from jobq.queue_settings, for a claim that found no
+ * row or an expired one.  Stores the row (cached for a minute) when it can
+ * take the queue's advisory lock at once and the transaction is READ
+ * COMMITTED (an older snapshot could store settings already changed);
+ * otherwise only returns it.  Deletes the rows of queues not claimed for a
+ * minute.  Locks: the queue's advisory lock (pg_try_advisory_xact_lock,
+ * never waiting), held to the end of the transaction.
+ */
+CREATE FUNCTION jobq._claim_settings(queue text)
+RETURNS jobq._claim_hints
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    cached jobq._claim_hints;
+    stored boolean;
+BEGIN
+    stored := current_setting('transaction_isolation') = 'read committed'
+              AND pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(_claim_settings.queue));
+    -- read after the lock, with a snapshot of its own
+    SELECT _claim_settings.queue, h.priority, h.run_at, h.id, h.until, s.paused, s.lease_timeout, s.timeout,
+           s.max_attempts, statement_timestamp() + interval '1 minute'
+      INTO cached
+      FROM (SELECT) AS one
+      LEFT JOIN jobq.queue_settings AS s ON s.queue = _claim_settings.queue
+      LEFT JOIN jobq._claim_hints AS h ON h.queue = _claim_settings.queue;
+    IF stored THEN
+        DELETE FROM jobq._claim_hints AS h
+         WHERE h.queue = _claim_settings.queue
+            OR (h.cached_until < statement_timestamp() - interval '1 minute'
+                AND (h.until IS NULL OR h.until < statement_timestamp()));
+        INSERT INTO jobq._claim_hints SELECT (cached).*;
+    END IF;
+    RETURN cached;
+END
+$$;
+COMMENT ON FUNCTION jobq._claim_settings(text) IS
+    'Internal: read a queue''s settings for jobq.claim and cache them in jobq._claim_hints.';
+REVOKE ALL ON FUNCTION jobq._claim_settings(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._claim_settings(text) TO @extowner@;
+
+/*
+ * jobq._queue_settings_changed(): the trigger of jobq.queue_settings: after
+ * a row changes, deletes the queue's cached row of jobq._claim_hints (for a
+ * TRUNCATE, every row), waiting first for a claim that is filling it, so
+ * that the claims that start after the change's commit read the new
+ * settings.  Locks: the queue's advisory lock (pg_advisory_xact_lock,
+ * waiting), held to the end of the transaction.
+ */
+CREATE FUNCTION jobq._queue_settings_changed()
+RETURNS trigger
+LANGUAGE plpgsql
+-- SECURITY DEFINER: an admin changing settings (jobq.configure_queue, pause,
+-- resume) has no privileges on jobq._claim_hints; this only deletes the
+-- cached rows of the queues changed.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    changed text;
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        DELETE FROM jobq._claim_hints;
+        RETURN NULL;
+    END IF;
+    FOR changed IN
+        SELECT DISTINCT q FROM unnest(ARRAY[CASE WHEN TG_OP <> 'INSERT' THEN OLD.queue END,
+                                            CASE WHEN TG_OP <> 'DELETE' THEN NEW.queue END]) AS q
+         WHERE q IS NOT NULL
+    LOOP
+        PERFORM pg_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(changed));
+        DELETE FROM jobq._claim_hints AS h WHERE h.queue = changed;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION jobq._queue_settings_changed() IS
+    'Internal: a change of jobq.queue_settings drops the queue''s cached settings, so the next claim reads them anew.';
+REVOKE ALL ON FUNCTION jobq._queue_settings_changed() FROM PUBLIC;
+
+CREATE TRIGGER queue_settings_changed_trg
+    AFTER INSERT OR UPDATE OR DELETE ON jobq.queue_settings
+    FOR EACH ROW EXECUTE FUNCTION jobq._queue_settings_changed();
+CREATE TRIGGER queue_settings_truncated_trg
+    AFTER TRUNCATE ON jobq.queue_settings
+    FOR EACH STATEMENT EXECUTE FUNCTION jobq._queue_settings_changed();
+COMMENT ON TRIGGER queue_settings_changed_trg ON jobq.queue_settings IS
+    'Drops the queue''s cached settings (jobq._claim_hints) when its row changes.';
+COMMENT ON TRIGGER queue_settings_truncated_trg ON jobq.queue_settings IS
+    'Drops every queue''s cached settings (jobq._claim_hints) when the table is truncated.';
 
 /*
  * jobq.claim(queue, n, worker, lease_timeout): up to n runnable jobs of
@@ -874,10 +1095,11 @@ GRANT EXECUTE ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz,
  * heartbeats extend it by that length again), in claim order (priority
  * desc, run_at, id).  Never claims a job whose run_at is in the future, nor
  * any job of a paused queue.  locked_at is the statement's clock.  Applies
- * the queue's settings (jobq.queue_settings, one primary-key probe): a job's
- * deadline is now + its timeout (else the queue's; NULL: none), which its
- * lease never outlasts, and a job enqueued without max_attempts gets the
- * queue's (else 3), written into its row.
+ * the queue's settings (jobq.queue_settings, as cached in
+ * jobq._claim_hints): a job's deadline is now + the queue's timeout (NULL:
+ * none), which its lease never outlasts (kept in jobq.deadlines for the
+ * heartbeats), and a job enqueued without max_attempts gets the queue's,
+ * written into its row (without settings it stays NULL, which means 3).
  *
  * Locks: FOR NO KEY UPDATE SKIP LOCKED on the jobs it picks (at most n, from
  * jobs_claim_idx), which it then updates by primary key; never waits on a
@@ -913,8 +1135,7 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    hint          jobq._claim_hints;
-    settings      jobq.queue_settings;
+    hint          jobq._claim_hints;  -- the queue's settings and forward mode's position
     picked        bigint[];
     walked        bigint;
     forward_until timestamptz;  -- forward mode lasts until then; NULL: the last scan was from the start
@@ -946,12 +1167,6 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
 
-    -- the queue's settings: none for a plain queue (a probe that finds nothing)
-    SELECT s.* INTO settings FROM jobq.queue_settings AS s WHERE s.queue = claim.queue;
-    IF settings.paused THEN
-        RETURN;  -- a paused queue hands out nothing
-    END IF;
-
     -- The statements below read the arguments through sub-selects, written
     -- (SELECT claim.queue), (SELECT claim.n), (SELECT picked): the planner
     -- cannot see through them, so a plan made for one call's values costs
@@ -961,8 +1176,16 @@ BEGIN
     -- was a third of a claim's instructions (bench/instructions.py).
     SELECT h.* INTO hint
       FROM jobq._claim_hints AS h
-     WHERE h.queue = claim.queue AND h.until > statement_timestamp();
-    IF FOUND THEN
+     WHERE h.queue = claim.queue AND h.cached_until >= statement_timestamp();
+    IF NOT FOUND OR hint.paused THEN
+        IF NOT FOUND THEN  -- none, or a minute old
+            hint := jobq._claim_settings(claim.queue);
+        END IF;
+        IF hint.paused THEN
+            RETURN;  -- a paused queue hands out nothing
+        END IF;
+    END IF;
+    IF hint.until > statement_timestamp() THEN
         forward_until := hint.until;
         walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
         picked := ARRAY(
@@ -1002,9 +1225,11 @@ BEGIN
                until = coalesce(forward_until, statement_timestamp() + interval '2 seconds')
           FROM jobq.jobs AS p
          WHERE h.queue = claim.queue AND p.id = picked[cardinality(picked)];
-        IF NOT FOUND THEN
-            INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until)
-            SELECT claim.queue, p.priority, p.run_at, p.id, statement_timestamp() + interval '2 seconds'
+        IF NOT FOUND THEN  -- the settings were not cached: a row for the position alone
+            INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until, paused, lease_timeout, timeout,
+                                           max_attempts, cached_until)
+            SELECT claim.queue, p.priority, p.run_at, p.id, statement_timestamp() + interval '2 seconds',
+                   hint.paused, hint.lease_timeout, hint.timeout, hint.max_attempts, '-infinity'
               FROM jobq.jobs AS p
              WHERE p.id = picked[cardinality(picked)];
         END IF;
@@ -1017,6 +1242,29 @@ BEGIN
         DELETE FROM jobq._waiters AS w WHERE w.queue = claim.queue AND w.worker = claim.worker;
     END IF;
 
+    IF hint.paused IS NULL THEN
+        -- a plain queue (no settings): the lease asked for, else 60 seconds;
+        -- max_attempts stays as enqueued (NULL: 3, which fail and reap apply)
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jobq.jobs AS j
+               SET status           = 'running',
+                   locked_by        = claim.worker,
+                   locked_at        = statement_timestamp(),
+                   lease_expires_at = statement_timestamp() + coalesce(claim.lease_timeout, interval '60 seconds'),
+                   attempts         = j.attempts + 1,
+                   lease            = j.lease + 1
+             WHERE j.id = ANY ((SELECT picked)::bigint[])
+            RETURNING j.*
+        )
+        SELECT c.* FROM claimed AS c ORDER BY c.priority DESC, c.run_at, c.id;
+        RETURN;
+    END IF;
+
+    -- a queue with settings: its lease, its max_attempts, and its timeout,
+    -- which the lease never outlasts (jobq.deadlines keeps the deadline for
+    -- the heartbeats); a statement of its own, so the plain one keeps its
+    -- short plan
     RETURN QUERY
     WITH claimed AS (
         UPDATE jobq.jobs AS j
@@ -1024,14 +1272,19 @@ BEGIN
                locked_by        = claim.worker,
                locked_at        = statement_timestamp(),
                lease_expires_at = least(statement_timestamp()
-                                        + coalesce(claim.lease_timeout, settings.lease_timeout, interval '60 seconds'),
-                                        statement_timestamp() + coalesce(j.timeout, settings.timeout)),
-               deadline         = statement_timestamp() + coalesce(j.timeout, settings.timeout),
-               max_attempts     = coalesce(j.max_attempts, settings.max_attempts, 3),
+                                        + coalesce(claim.lease_timeout, hint.lease_timeout, interval '60 seconds'),
+                                        statement_timestamp() + hint.timeout),
+               max_attempts     = coalesce(j.max_attempts, hint.max_attempts, 3),
                attempts         = j.attempts + 1,
                lease            = j.lease + 1
          WHERE j.id = ANY ((SELECT picked)::bigint[])
         RETURNING j.*
+    ), timed AS (
+        INSERT INTO jobq.deadlines (id, lease, deadline)
+        SELECT c.id, c.lease, statement_timestamp() + hint.timeout
+          FROM claimed AS c
+         WHERE hint.timeout IS NOT NULL
+        ON CONFLICT ON CONSTRAINT deadlines_pkey DO UPDATE SET lease = excluded.lease, deadline = excluded.deadline
     )
     SELECT c.* FROM claimed AS c ORDER BY c.priority DESC, c.run_at, c.id;
 END
@@ -1050,8 +1303,9 @@ GRANT EXECUTE ON FUNCTION jobq.claim(text, integer, text, interval) TO @extowner
  * acknowledged, in no particular order: running under that lease and now
  * done (with the result at the same position of results, when given), or
  * already done under that same lease by an earlier statement (a repeated
- * acknowledgement, whose result is not stored again).  Stale pairs are
- * left out.  The caller checks the arrays (jobq._check_pairs,
+ * acknowledgement, whose result is not stored again).  Results go to
+ * jobq.results.  Stale pairs are left out.  Notifies "jobq.done" for the
+ * watched jobs it marks done.  The caller checks the arrays (jobq._check_pairs,
  * jobq._check_results).  Locks the rows it marks done.  The
  * repeat check runs only when some pair was not marked done; it tells this
  * statement's own updates by finished_at = statement_timestamp(), so a pair
@@ -1067,29 +1321,42 @@ DECLARE
 BEGIN
     IF _acknowledge.results IS NULL THEN
         RETURN QUERY
-        UPDATE jobq.jobs AS j
-           SET status = 'done', finished_at = statement_timestamp()
-          -- the arrays through sub-selects, so that the plan cache keeps one
-          -- generic plan (see jobq.claim); the pairs drive the join, one probe
-          -- of the primary key each (with j.id = ANY (ids) as well, the planner
-          -- scanned all the pairs again for every job: n^2 at batch n)
-          FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
-         WHERE j.id = a.id AND j.lease = a.lease
-           -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
-           -- by primary key, the cost stays flat while dead entries pile up there
-           AND (j.status = 'running') IS TRUE
-        RETURNING j.*;
+        WITH acknowledged AS (
+            UPDATE jobq.jobs AS j
+               SET status = 'done', finished_at = statement_timestamp()
+              -- the arrays through sub-selects, so that the plan cache keeps one
+              -- generic plan (see jobq.claim); the pairs drive the join, one probe
+              -- of the primary key each (with j.id = ANY (ids) as well, the planner
+              -- scanned all the pairs again for every job: n^2 at batch n)
+              FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
+             WHERE j.id = a.id AND j.lease = a.lease
+               -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
+               -- by primary key, the cost stays flat while dead entries pile up there
+               AND (j.status = 'running') IS TRUE
+            RETURNING j.*
+        )
+        -- every row passes; a watched one notifies "jobq.done" on its way
+        SELECT d.* FROM acknowledged AS d WHERE d.control IS NULL OR d.control & 2 = 0 OR jobq._notify_finished(d.id);
     ELSE
         -- the same, storing results; a statement of its own, so that
         -- acknowledging without results keeps its plan
         RETURN QUERY
-        UPDATE jobq.jobs AS j
-           SET status = 'done', finished_at = statement_timestamp(), result = a.result
-          FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases), (SELECT _acknowledge.results))
-               AS a(id, lease, result)
-         WHERE j.id = a.id AND j.lease = a.lease
-           AND (j.status = 'running') IS TRUE
-        RETURNING j.*;
+        WITH acknowledged AS (
+            UPDATE jobq.jobs AS j
+               SET status = 'done', finished_at = statement_timestamp()
+              FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
+             WHERE j.id = a.id AND j.lease = a.lease
+               AND (j.status = 'running') IS TRUE
+            RETURNING j.*
+        ), stored AS (
+            INSERT INTO jobq.results (id, result)
+            SELECT d.id, r.result
+              FROM acknowledged AS d
+              JOIN unnest(_acknowledge.ids, _acknowledge.results) AS r(id, result) ON r.id = d.id
+             WHERE r.result IS NOT NULL
+            ON CONFLICT ON CONSTRAINT results_pkey DO UPDATE SET result = excluded.result
+        )
+        SELECT d.* FROM acknowledged AS d WHERE d.control IS NULL OR d.control & 2 = 0 OR jobq._notify_finished(d.id);
     END IF;
     GET DIAGNOSTICS marked = ROW_COUNT;
     IF marked < cardinality(_acknowledge.ids) THEN
@@ -1111,9 +1378,10 @@ GRANT EXECUTE ON FUNCTION jobq._acknowledge(bigint[], bigint[], jsonb[]) TO @ext
 
 /*
  * jobq.complete(id, lease, result): running -> done, storing result (any
- * JSON value; NULL: none), also when the job's worker was asked to cancel
- * it (the work happened).  Locks the job's row (waits for a concurrent
- * reaper holding it).  Repeating a successful complete with the same lease
+ * JSON value; NULL: none) in jobq.results, also when the job's worker was asked to cancel
+ * it (the work happened); notifies "jobq.done" when the job is watched
+ * (jobq.watch).  Locks the job's row (waits for a concurrent reaper holding
+ * it).  Repeating a successful complete with the same lease
  * does nothing and succeeds (its result is not stored again).  Raises 22004
  * (NULL id or lease), 54000 (result over 1 MiB), JQ002 (no such job), JQ001
  * (the lease is not the job's current one, or the job is not running: it
@@ -1127,18 +1395,37 @@ LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    control smallint;
 BEGIN
     -- a hot path: the check inline, the helper called only to raise
     IF complete.id IS NULL OR complete.lease IS NULL THEN
         PERFORM jobq._check_lease(complete.id, complete.lease);  -- raises, naming the NULL
     END IF;
+    -- a job without job control, completed without a result: the whole work
+    -- is this UPDATE
+    UPDATE jobq.jobs AS j
+       SET status = 'done', finished_at = statement_timestamp()
+     WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'running'
+       AND j.control IS NULL AND complete.result IS NULL;
+    IF FOUND THEN
+        RETURN;
+    END IF;
     IF pg_column_size(complete.result) > 1000 THEN
         PERFORM jobq._check_result(complete.result, 'result');  -- sees a compressed result whole
     END IF;
     UPDATE jobq.jobs AS j
-       SET status = 'done', finished_at = statement_timestamp(), result = complete.result
-     WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'running';
+       SET status = 'done', finished_at = statement_timestamp()
+     WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'running'
+    RETURNING j.control INTO control;
     IF FOUND THEN
+        IF complete.result IS NOT NULL THEN
+            INSERT INTO jobq.results (id, result) VALUES (complete.id, complete.result)
+            ON CONFLICT ON CONSTRAINT results_pkey DO UPDATE SET result = excluded.result;
+        END IF;
+        IF control & 2 <> 0 THEN  -- watched
+            PERFORM jobq._notify_finished(complete.id);
+        END IF;
         RETURN;
     END IF;
     PERFORM FROM jobq.jobs AS j
@@ -1241,8 +1528,9 @@ GRANT EXECUTE ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, inte
  * queued again with run_at = now + retry_in, or + the queue's backoff
  * (jobq._retry_delay: by default 2^attempts seconds, at most 300), or
  * failed once attempts reached max_attempts; cancelled instead, never
- * retried, when jobq.cancel asked its worker to stop.  error is kept in
- * last_error, cut to 2,000 characters.  Locks the job's row.  Raises 22004
+ * retried, when jobq.cancel asked its worker to stop (notifying "jobq.done"
+ * then, for a watched job).  error is kept in last_error, cut to 2,000
+ * characters.  Locks the job's row.  Raises 22004
  * (NULL id, lease or error), 22023 (retry_in negative or over 10 years),
  * JQ002, JQ001 like jobq.complete (a repeated fail is refused: the job is no
  * longer held).
@@ -1267,20 +1555,23 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     UPDATE jobq.jobs AS j
-       SET status      = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+       SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled'  -- a cancel was requested
                               WHEN j.attempts >= coalesce(j.max_attempts, 3) THEN 'failed'
                               ELSE 'queued' END,
-           run_at      = CASE WHEN j.cancel_requested_at IS NULL AND j.attempts < coalesce(j.max_attempts, 3)
+           run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, 3)
                               THEN statement_timestamp()
                                    + coalesce(fail.retry_in, jobq._retry_delay(j.queue, j.attempts))
                               ELSE j.run_at END,
-           finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= coalesce(j.max_attempts, 3)
+           finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, 3)
                               THEN statement_timestamp() END,
            last_error  = left(fail.error, 2000)
      WHERE j.id = fail.id AND j.lease = fail.lease AND j.status = 'running'
     RETURNING j.* INTO failed_job;
     IF NOT FOUND THEN
         PERFORM jobq._raise_not_held(fail.id, fail.lease);
+    END IF;
+    IF failed_job.control & 2 <> 0 AND failed_job.status <> 'queued' THEN  -- watched, and finished
+        PERFORM jobq._notify_finished(fail.id);
     END IF;
     RETURN failed_job;
 END
@@ -1309,6 +1600,7 @@ AS $$
 DECLARE
     new_status text;
     new_run_at timestamptz;
+    watched    boolean;
 BEGIN
     PERFORM jobq._check_lease(snooze.id, snooze.lease);
     IF snooze.delay IS NULL THEN
@@ -1319,15 +1611,17 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     UPDATE jobq.jobs AS j
-       SET status      = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
-           run_at      = CASE WHEN j.cancel_requested_at IS NULL THEN statement_timestamp() + snooze.delay
-                              ELSE j.run_at END,
-           attempts    = CASE WHEN j.cancel_requested_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
-           finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN statement_timestamp() END
+       SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled' ELSE 'queued' END,
+           run_at      = CASE WHEN j.control & 1 <> 0 THEN j.run_at ELSE statement_timestamp() + snooze.delay END,
+           attempts    = CASE WHEN j.control & 1 <> 0 THEN j.attempts ELSE j.attempts - 1 END,
+           finished_at = CASE WHEN j.control & 1 <> 0 THEN statement_timestamp() END
      WHERE j.id = snooze.id AND j.lease = snooze.lease AND j.status = 'running'
-    RETURNING j.status, j.run_at INTO new_status, new_run_at;
+    RETURNING j.status, j.run_at, j.control & 2 <> 0 INTO new_status, new_run_at, watched;
     IF NOT FOUND THEN
         PERFORM jobq._raise_not_held(snooze.id, snooze.lease);
+    END IF;
+    IF watched AND new_status = 'cancelled' THEN
+        PERFORM jobq._notify_finished(snooze.id);
     END IF;
     RETURN CASE WHEN new_status = 'queued' THEN new_run_at END;
 END
@@ -1355,20 +1649,22 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     new_locked_at timestamptz;
-    passed        timestamptz;
+    passed        timestamptz;  -- the deadline of the lease, if its queue has a timeout
 BEGIN
     PERFORM jobq._check_lease(heartbeat.id, heartbeat.lease);
+    SELECT d.deadline INTO passed
+      FROM jobq.deadlines AS d
+     WHERE d.id = heartbeat.id AND d.lease = heartbeat.lease;
     UPDATE jobq.jobs AS j
        SET locked_at        = statement_timestamp(),
-           lease_expires_at = least(statement_timestamp() + (j.lease_expires_at - j.locked_at), j.deadline)
+           lease_expires_at = least(statement_timestamp() + (j.lease_expires_at - j.locked_at), passed)
      WHERE j.id = heartbeat.id AND j.lease = heartbeat.lease AND j.status = 'running'
-       AND (j.deadline IS NULL OR j.deadline > statement_timestamp())
+       AND (passed IS NULL OR passed > statement_timestamp())
     RETURNING j.locked_at INTO new_locked_at;
     IF NOT FOUND THEN
-        SELECT j.deadline INTO passed
-          FROM jobq.jobs AS j
-         WHERE j.id = heartbeat.id AND j.lease = heartbeat.lease AND j.status = 'running';
-        IF FOUND THEN
+        PERFORM FROM jobq.jobs AS j
+          WHERE j.id = heartbeat.id AND j.lease = heartbeat.lease AND j.status = 'running';
+        IF FOUND THEN  -- held, but past its deadline
             RAISE EXCEPTION 'job % timed out at %', heartbeat.id, passed
                 USING ERRCODE = 'JQ003',
                       HINT = 'Its lease is not extended past its deadline; jobq.reap recovers it.';
@@ -1386,7 +1682,8 @@ GRANT EXECUTE ON FUNCTION jobq.heartbeat(bigint, bigint) TO @extowner@;
 /*
  * jobq._extend(ids, leases): the jobs of the (id, lease) pairs still running
  * under that lease, their leases extended as jobq.heartbeat does (never
- * past the deadline), in no particular order.  The caller checks the
+ * past the deadline; one whose deadline has passed is returned as it is,
+ * its lease expired), in no particular order.  The caller checks the
  * arrays.  One UPDATE; locks the rows it changes.
  */
 CREATE FUNCTION jobq._extend(ids bigint[], leases bigint[])
@@ -1397,10 +1694,15 @@ AS $$
 BEGIN
     RETURN QUERY
     UPDATE jobq.jobs AS j
-       SET locked_at        = statement_timestamp(),
-           lease_expires_at = least(statement_timestamp() + (j.lease_expires_at - j.locked_at), j.deadline)
+       -- past the deadline the lease stays as it is, expired
+       SET locked_at        = CASE WHEN a.deadline <= statement_timestamp() THEN j.locked_at
+                                   ELSE statement_timestamp() END,
+           lease_expires_at = CASE WHEN a.deadline <= statement_timestamp() THEN j.lease_expires_at
+                                   ELSE least(statement_timestamp() + (j.lease_expires_at - j.locked_at), a.deadline) END
       -- the pairs drive the join, as in jobq._acknowledge
-      FROM unnest((SELECT _extend.ids), (SELECT _extend.leases)) AS a(id, lease)
+      FROM (SELECT p.id, p.lease, d.deadline
+              FROM unnest((SELECT _extend.ids), (SELECT _extend.leases)) AS p(id, lease)
+              LEFT JOIN jobq.deadlines AS d ON d.id = p.id AND d.lease = p.lease) AS a
      WHERE j.id = a.id AND j.lease = a.lease
        AND (j.status = 'running') IS TRUE  -- by primary key, as in jobq._acknowledge
     RETURNING j.*;
@@ -1458,7 +1760,7 @@ AS $$
 BEGIN
     PERFORM jobq._check_pairs(heartbeat_status.ids, heartbeat_status.leases);
     RETURN QUERY
-    SELECT h.id, h.lease_expires_at, h.cancel_requested_at IS NOT NULL
+    SELECT h.id, h.lease_expires_at, coalesce(h.control & 1 <> 0, false)
       FROM jobq._extend(heartbeat_status.ids, heartbeat_status.leases) AS h
      ORDER BY h.id;
 END
@@ -1483,15 +1785,21 @@ LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    cancelled_watched boolean;
 BEGIN
     PERFORM jobq._check_lease(release.id, release.lease);
     UPDATE jobq.jobs AS j
-       SET status      = CASE WHEN j.cancel_requested_at IS NULL THEN 'queued' ELSE 'cancelled' END,
-           attempts    = CASE WHEN j.cancel_requested_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
-           finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL THEN statement_timestamp() END
-     WHERE j.id = release.id AND j.lease = release.lease AND j.status = 'running';
+       SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled' ELSE 'queued' END,
+           attempts    = CASE WHEN j.control & 1 <> 0 THEN j.attempts ELSE j.attempts - 1 END,
+           finished_at = CASE WHEN j.control & 1 <> 0 THEN statement_timestamp() END
+     WHERE j.id = release.id AND j.lease = release.lease AND j.status = 'running'
+    RETURNING j.control & 3 = 3 INTO cancelled_watched;
     IF NOT FOUND THEN
         PERFORM jobq._raise_not_held(release.id, release.lease);
+    END IF;
+    IF cancelled_watched THEN
+        PERFORM jobq._notify_finished(release.id);
     END IF;
 END
 $$;
@@ -1502,7 +1810,8 @@ GRANT EXECUTE ON FUNCTION jobq.release(bigint, bigint) TO @extowner@;
 
 ----------------------------------------------------------------------------
 -- Operating: reap by the queue's backoff and deadlines, redrive around
--- unique keys, purge cancelled jobs, stats with a cancelled count.
+-- unique keys, purge cancelled jobs, results and keys, stats with a
+-- cancelled count.
 ----------------------------------------------------------------------------
 
 /*
@@ -1536,7 +1845,7 @@ BEGIN
 
     RETURN QUERY
     WITH expired AS MATERIALIZED (
-        SELECT j.id
+        SELECT j.id, (SELECT d.deadline FROM jobq.deadlines AS d WHERE d.id = j.id AND d.lease = j.lease) AS deadline
           FROM jobq.jobs AS j
          WHERE j.status = 'running'
            AND j.lease_expires_at < statement_timestamp()
@@ -1544,18 +1853,18 @@ BEGIN
            FOR NO KEY UPDATE SKIP LOCKED
     ), reaped AS (
         UPDATE jobq.jobs AS j
-           SET status      = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+           SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled'  -- a cancel was requested
                                   WHEN j.attempts >= coalesce(j.max_attempts, 3) THEN 'failed'
                                   ELSE 'queued' END,
-               run_at      = CASE WHEN j.cancel_requested_at IS NULL AND j.attempts < coalesce(j.max_attempts, 3)
+               run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, 3)
                                   THEN statement_timestamp() + jobq._retry_delay(j.queue, j.attempts)
                                   ELSE j.run_at END,
-               finished_at = CASE WHEN j.cancel_requested_at IS NOT NULL OR j.attempts >= coalesce(j.max_attempts, 3)
+               finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, 3)
                                   THEN statement_timestamp() END,
                last_error  = right(concat_ws(E'\n', j.last_error,
-                                             CASE WHEN j.deadline <= statement_timestamp()
+                                             CASE WHEN expired.deadline <= statement_timestamp()
                                                   THEN format('reaped: lease %s of %s timed out at its deadline %s',
-                                                              j.lease, j.locked_by, j.deadline)
+                                                              j.lease, j.locked_by, expired.deadline)
                                                   ELSE format('reaped: lease %s of %s went stale',
                                                               j.lease, j.locked_by) END),
                                    2000)
@@ -1563,7 +1872,10 @@ BEGIN
          WHERE j.id = expired.id
         RETURNING j.*
     )
-    SELECT r.* FROM reaped AS r ORDER BY r.id;
+    -- every row passes; a watched one that finished notifies "jobq.done" on its way
+    SELECT r.* FROM reaped AS r
+     WHERE r.status = 'queued' OR r.control IS NULL OR r.control & 2 = 0 OR jobq._notify_finished(r.id)
+     ORDER BY r.id;
 END
 $$;
 COMMENT ON FUNCTION jobq.reap(interval) IS
@@ -1575,10 +1887,11 @@ GRANT EXECUTE ON FUNCTION jobq.reap(interval) TO @extowner@;
  * jobq.retry_failed(queue, ids): the ids redriven, ascending.  Failed jobs
  * (of queue, and among ids, when given) go back to queued, runnable now, with
  * attempts reset; their lease counter is kept, so old leases stay refused.
- * last_error is kept.  A failed job whose unique key is held by a newer job
- * stays failed (a notice names both), so a redrive never makes two holders.
- * Notifies the queues concerned.  Locks the rows it redrives.  Raises 22023
- * for a bad queue name.
+ * last_error is kept.  A failed job enqueued with a unique key goes back
+ * only while its key is still its own (jobq.unique_keys): once a newer job
+ * took the key, it stays failed (a notice says so), so a redrive never
+ * makes two holders.  Notifies the queues concerned.  Locks the rows it
+ * redrives and their keys.  Raises 22023 for a bad queue name.
  */
 CREATE OR REPLACE FUNCTION jobq.retry_failed(queue text DEFAULT NULL, ids bigint[] DEFAULT NULL)
 RETURNS SETOF bigint
@@ -1593,11 +1906,11 @@ BEGIN
     IF retry_failed.queue IS NOT NULL THEN
         PERFORM jobq._check_queue(retry_failed.queue);
     END IF;
-    -- jobs without a unique key, all at once
+    -- jobs enqueued without a unique key, all at once
     WITH redriven AS (
         UPDATE jobq.jobs AS j
            SET status = 'queued', attempts = 0, run_at = statement_timestamp(), finished_at = NULL
-         WHERE j.status = 'failed' AND j.unique_key IS NULL
+         WHERE j.status = 'failed' AND coalesce(j.control & 4 = 0, true)
            AND (retry_failed.queue IS NULL OR j.queue = retry_failed.queue)
            AND (retry_failed.ids IS NULL OR j.id = ANY (retry_failed.ids))
         RETURNING j.id, j.queue
@@ -1605,28 +1918,33 @@ BEGIN
     SELECT coalesce(array_agg(r.id), '{}'), coalesce(array_agg(DISTINCT r.queue), '{}')
       INTO redriven_ids, redriven_queues
       FROM redriven AS r;
-    -- jobs with one, one by one: the unique index refuses the job whose key
-    -- a newer job holds, and that job stays failed
+    -- jobs enqueued with one, one by one: a job whose key row still names
+    -- it (no newer job took the key) goes back, keeping its key, its row
+    -- locked meanwhile; the others stay failed
     FOR keyed IN
-        SELECT j.id, j.queue, j.unique_key
+        SELECT j.id, j.queue, k.unique_key
           FROM jobq.jobs AS j
-         WHERE j.status = 'failed' AND j.unique_key IS NOT NULL
+          LEFT JOIN jobq.unique_keys AS k ON k.job_id = j.id
+         WHERE j.status = 'failed' AND j.control & 4 <> 0
            AND (retry_failed.queue IS NULL OR j.queue = retry_failed.queue)
            AND (retry_failed.ids IS NULL OR j.id = ANY (retry_failed.ids))
          ORDER BY j.id
     LOOP
-        BEGIN
-            UPDATE jobq.jobs AS j
-               SET status = 'queued', attempts = 0, run_at = statement_timestamp(), finished_at = NULL
-             WHERE j.id = keyed.id AND j.status = 'failed';
-            IF FOUND THEN
-                redriven_ids := redriven_ids || keyed.id;
-                redriven_queues := redriven_queues || keyed.queue;
-            END IF;
-        EXCEPTION WHEN unique_violation THEN
-            RAISE NOTICE 'job % stays failed: its unique key % is held by a newer job of queue %',
-                         keyed.id, quote_literal(keyed.unique_key), quote_literal(keyed.queue);
-        END;
+        PERFORM FROM jobq.unique_keys AS k
+          WHERE k.queue = keyed.queue AND k.unique_key = keyed.unique_key AND k.job_id = keyed.id
+            FOR NO KEY UPDATE;
+        IF NOT FOUND THEN
+            RAISE NOTICE 'job % stays failed: a newer job of queue % took its unique key', keyed.id,
+                         quote_literal(keyed.queue);
+            CONTINUE;
+        END IF;
+        UPDATE jobq.jobs AS j
+           SET status = 'queued', attempts = 0, run_at = statement_timestamp(), finished_at = NULL
+         WHERE j.id = keyed.id AND j.status = 'failed';
+        IF FOUND THEN
+            redriven_ids := redriven_ids || keyed.id;
+            redriven_queues := redriven_queues || keyed.queue;
+        END IF;
     END LOOP;
     PERFORM pg_notify(jobq.channel(q.queue), '') FROM (SELECT DISTINCT unnest(redriven_queues)) AS q(queue);
     RETURN QUERY SELECT r.id FROM unnest(redriven_ids) AS r(id) ORDER BY r.id;
@@ -1641,7 +1959,8 @@ GRANT EXECUTE ON FUNCTION jobq.retry_failed(text, bigint[]) TO @extowner@;
  * jobq.purge(older_than, max_rows): the number of jobs deleted: done and
  * cancelled jobs (and failed ones too when include_failed) that finished more than
  * older_than ago, at most max_rows of them, so a large backlog can be purged
- * in short transactions.  Skips rows locked by others.  Raises 22004 (NULL
+ * in short transactions, with their results, deadlines and keys.
+ * Skips rows locked by others.  Raises 22004 (NULL
  * argument), 22023 (older_than negative, max_rows outside 1..1000000).
  */
 CREATE OR REPLACE FUNCTION jobq.purge(older_than interval, max_rows integer DEFAULT 100000,
@@ -1678,9 +1997,18 @@ BEGIN
            AND j.finished_at < statement_timestamp() - purge.older_than
          LIMIT purge.max_rows
            FOR UPDATE SKIP LOCKED
+    ), gone AS (
+        DELETE FROM jobq.jobs AS j USING doomed WHERE j.id = doomed.id
+        RETURNING j.id
+    ), keys AS (
+        -- the keys these jobs held: free now
+        DELETE FROM jobq.unique_keys AS k USING gone AS g WHERE k.job_id = g.id
+    ), results AS (
+        DELETE FROM jobq.results AS r USING gone AS g WHERE r.id = g.id
+    ), deadlines AS (
+        DELETE FROM jobq.deadlines AS d USING gone AS g WHERE d.id = g.id
     )
-    DELETE FROM jobq.jobs AS j USING doomed WHERE j.id = doomed.id;
-    GET DIAGNOSTICS deleted = ROW_COUNT;
+    SELECT count(*) INTO deleted FROM gone;
     RETURN deleted;
 END
 $$;
@@ -1777,11 +2105,12 @@ BEGIN
            SET status              = CASE WHEN t.was = 'queued' OR cancel.force THEN 'cancelled' ELSE j.status END,
                finished_at         = CASE WHEN t.was = 'queued' OR cancel.force THEN statement_timestamp()
                                           ELSE j.finished_at END,
-               cancel_requested_at = CASE WHEN t.was = 'running' THEN coalesce(j.cancel_requested_at, statement_timestamp())
-                                          ELSE j.cancel_requested_at END
+               control             = CASE WHEN t.was = 'running' THEN coalesce(j.control, 0) | 1  -- cancel requested
+                                          ELSE j.control END
           FROM target AS t
          WHERE j.id = t.id AND t.was = ANY (ARRAY['queued', 'running'])
-        RETURNING j.id, j.queue, j.status
+        RETURNING j.id, j.queue, j.status,
+                  j.control & 2 <> 0 AND j.status = 'cancelled' AND jobq._notify_finished(j.id) AS notified
     )
     SELECT array_agg(t.id ORDER BY t.id), array_agg(c.queue ORDER BY t.id), array_agg(t.was ORDER BY t.id),
            array_agg(coalesce(c.status, t.was) ORDER BY t.id)
@@ -1826,64 +2155,33 @@ COMMENT ON TYPE jobq.job_state IS
     'A job''s public state, as jobq.job, jobq.wait and jobq.watch return it (max_attempts with the queue''s default filled in).';
 
 /*
- * jobq._sees(enqueued_by): whether the calling role may see a job that
- * enqueued_by enqueued: a worker or an admin (EXECUTE on jobq.claim) sees
- * every job, a producer only those of roles it is a member of.  The calling
- * role is the session's SET ROLE, else its session user (a SECURITY DEFINER
- * function runs as its owner, so current_user would name the owner).
- */
-CREATE FUNCTION jobq._sees(enqueued_by text)
-RETURNS boolean
-LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    caller text := coalesce(nullif(current_setting('role'), 'none'), session_user);
-BEGIN
-    IF has_function_privilege(caller, 'jobq.claim(text, integer, text, interval)', 'EXECUTE') THEN
-        RETURN true;
-    END IF;
-    IF _sees.enqueued_by IS NULL OR NOT EXISTS (SELECT FROM pg_roles AS r WHERE r.rolname = _sees.enqueued_by) THEN
-        RETURN false;
-    END IF;
-    RETURN pg_has_role(caller, _sees.enqueued_by, 'MEMBER');
-END
-$$;
-COMMENT ON FUNCTION jobq._sees(text) IS
-    'Internal: whether the calling role may see a job enqueued by that role (workers and admins see all).';
-REVOKE ALL ON FUNCTION jobq._sees(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._sees(text) TO @extowner@;
-
-/*
- * jobq.job(id): the job's public state (jobq.job_state).  Reads the row
- * without locking it.  Raises 22004 (NULL id), JQ002 (no such job, or one
- * the calling role may not see: the two look alike).
+ * jobq.job(id): the job's public state (jobq.job_state), its result read
+ * from jobq.results.  Reads the rows without locking them.  Raises 22004
+ * (NULL id), JQ002 (no such job).
  */
 CREATE FUNCTION jobq.job(id bigint)
 RETURNS jobq.job_state
 LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
--- SECURITY DEFINER: producers read their own jobs without SELECT on jobq.jobs;
--- jobq._sees decides which.
+-- SECURITY DEFINER: the roles given it read a job's state without SELECT on
+-- jobq.jobs.
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    state       jobq.job_state;
-    enqueued_by text;
+    state jobq.job_state;
 BEGIN
     IF job.id IS NULL THEN
         RAISE EXCEPTION 'id must not be NULL' USING ERRCODE = '22004';
     END IF;
-    SELECT j.id, j.queue, j.status, j.attempts, coalesce(j.max_attempts, s.max_attempts, 3), j.result,
-           j.last_error, j.run_at, j.created_at, j.finished_at, j.cancel_requested_at IS NOT NULL,
-           j.enqueued_by
+    SELECT j.id, j.queue, j.status, j.attempts, coalesce(j.max_attempts, s.max_attempts, 3), r.result,
+           j.last_error, j.run_at, j.created_at, j.finished_at, coalesce(j.control & 1 <> 0, false)
       INTO state.id, state.queue, state.status, state.attempts, state.max_attempts, state.result,
-           state.last_error, state.run_at, state.created_at, state.finished_at, state.cancel_requested,
-           enqueued_by
+           state.last_error, state.run_at, state.created_at, state.finished_at, state.cancel_requested
       FROM jobq.jobs AS j
       LEFT JOIN jobq.queue_settings AS s ON s.queue = j.queue
+      LEFT JOIN jobq.results AS r ON r.id = j.id
      WHERE j.id = job.id;
-    IF NOT FOUND OR NOT jobq._sees(enqueued_by) THEN
+    IF NOT FOUND THEN
         RAISE EXCEPTION 'id %: no such job', job.id
             USING ERRCODE = 'JQ002';
     END IF;
@@ -1891,7 +2189,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.job(bigint) IS
-    'A job''s public state: queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at, cancel_requested. Producers see only their own jobs (JQ002 otherwise).';
+    'A job''s public state: queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at, cancel_requested (not its payload). JQ002: no such job.';
 REVOKE ALL ON FUNCTION jobq.job(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.job(bigint) TO @extowner@;
 
@@ -1948,29 +2246,30 @@ GRANT EXECUTE ON FUNCTION jobq.wait(bigint, interval) TO @extowner@;
 /*
  * jobq.watch(id): the job's state (jobq.job), after asking for one
  * notification on channel "jobq.done" (its payload: the id) when the job
- * becomes done, failed or cancelled.  LISTEN "jobq.done" first (the name
- * is quoted: it holds a dot, so it is no queue's channel), then watch, then
- * wait for the id or poll: a job that finishes between the two is either
- * returned finished or notified.  Locks the job's row briefly (FOR NO KEY
+ * becomes done, failed or cancelled (by the functions of pgjobq: a direct
+ * UPDATE of the table notifies nobody).  LISTEN "jobq.done" first (the
+ * name is quoted: it holds a dot, so it is no queue's channel), then watch,
+ * then wait for the id or poll: a job that finishes between the two is
+ * either returned finished or notified.  Locks the job's row briefly (FOR NO KEY
  * UPDATE, waiting for a claim or an acknowledgement in flight) when it is
  * not finished.  Raises 22004, JQ002 like jobq.job.
  */
 CREATE FUNCTION jobq.watch(id bigint)
 RETURNS jobq.job_state
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
--- SECURITY DEFINER: like jobq.job; it changes only the watched flag.
+-- SECURITY DEFINER: like jobq.job; it changes only the job's watched bit.
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    state jobq.job_state := jobq.job(watch.id);  -- raises for a job the caller may not see
+    state jobq.job_state := jobq.job(watch.id);  -- raises for an unknown job
 BEGIN
     IF state.status = ANY (ARRAY['done', 'failed', 'cancelled']) THEN
         RETURN state;
     END IF;
     UPDATE jobq.jobs AS j
-       SET watched = true
-     WHERE j.id = watch.id AND j.status = ANY (ARRAY['queued', 'running']) AND j.watched IS NOT TRUE;
+       SET control = coalesce(j.control, 0) | 2  -- watched
+     WHERE j.id = watch.id AND j.status = ANY (ARRAY['queued', 'running']) AND coalesce(j.control & 2 = 0, true);
     RETURN jobq.job(watch.id);
 END
 $$;
@@ -1979,42 +2278,14 @@ COMMENT ON FUNCTION jobq.watch(bigint) IS
 REVOKE ALL ON FUNCTION jobq.watch(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.watch(bigint) TO @extowner@;
 
-/*
- * jobq._notify_watchers(): the trigger of a watched job's status change:
- * notifies "jobq.done" with the job's id when it became done, failed or
- * cancelled.  The trigger's WHEN clause keeps it off unwatched jobs.
- */
-CREATE FUNCTION jobq._notify_watchers()
-RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF NEW.status = ANY (ARRAY['done', 'failed', 'cancelled']) THEN
-        PERFORM pg_notify('jobq.done', NEW.id::text);
-    END IF;
-    RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION jobq._notify_watchers() IS 'Internal: notifies "jobq.done" when a watched job finishes.';
-REVOKE ALL ON FUNCTION jobq._notify_watchers() FROM PUBLIC;
-
--- Fires only for watched jobs (WHEN is checked in C, before any call), and
--- only for updates that set status (heartbeats do not).
-CREATE TRIGGER jobs_watched_trg
-    AFTER UPDATE OF status ON jobq.jobs
-    FOR EACH ROW
-    WHEN (NEW.watched)
-    EXECUTE FUNCTION jobq._notify_watchers();
-COMMENT ON TRIGGER jobs_watched_trg ON jobq.jobs IS 'Notifies "jobq.done" when a job watched with jobq.watch finishes.';
-
 ----------------------------------------------------------------------------
 -- Access levels: the new functions and tables in each level.
 ----------------------------------------------------------------------------
 
 /*
  * jobq._level_functions(level): the functions a level may execute, for
- * level 'producer', 'worker' or 'admin'; NULL for any other level.
+ * level 'producer', 'observer', 'worker' or 'admin'; NULL for any other
+ * level.
  */
 CREATE OR REPLACE FUNCTION jobq._level_functions(level text)
 RETURNS regprocedure[]
@@ -2025,11 +2296,8 @@ BEGIN
     -- one branch per level, so that planning one never plans the others
     IF _level_functions.level = 'producer' THEN
         RETURN ARRAY[
-                'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval)',
-                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, interval)',
-                'jobq.job(bigint)',
-                'jobq.wait(bigint, interval)',
-                'jobq.watch(bigint)',
+                'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb)',
+                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb)',
                 'jobq.channel(text)',
                 'jobq.version()',
                 'jobq._check_queue(text)']::regprocedure[];
@@ -2053,6 +2321,13 @@ BEGIN
                 'jobq.channel(text)',
                 'jobq.version()',
                 'jobq._check_queue(text)']::regprocedure[];
+    ELSIF _level_functions.level = 'observer' THEN
+        RETURN ARRAY[
+                'jobq.job(bigint)',
+                'jobq.wait(bigint, interval)',
+                'jobq.watch(bigint)',
+                'jobq.channel(text)',
+                'jobq.version()']::regprocedure[];
     ELSIF _level_functions.level = 'admin' THEN
         -- both levels above, and what operating the queue takes
         RETURN ARRAY(
@@ -2067,6 +2342,7 @@ BEGIN
                                      'jobq.resume(text)',
                                      'jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[])',
                                      'jobq._queues()',
+                                     'jobq._notify_finished(bigint)',
                                      'jobq._check_payload(jsonb, text)',
                                      'jobq._check_options(integer, timestamptz, integer)',
                                      'jobq._check_lease(bigint, bigint)',
@@ -2085,7 +2361,8 @@ GRANT EXECUTE ON FUNCTION jobq._level_functions(text) TO @extowner@;
 /*
  * jobq._grant_level(role, level): returns nothing.  Grants role USAGE on the
  * schema, EXECUTE on jobq._level_functions(level) and, for admin, table
- * privileges on jobq.jobs, its sequence and jobq.queue_settings, and SELECT
+ * privileges on jobq.jobs, its sequence, jobq.queue_settings,
+ * jobq.unique_keys and jobq.results, and SELECT
  * on the views jobq.health and jobq.queues.  Runs with the caller's rights.
  * Raises like jobq._grantee, and 22023 for an unknown level.
  */
@@ -2100,7 +2377,7 @@ DECLARE
     fn        regprocedure;
 BEGIN
     IF functions IS NULL THEN
-        RAISE EXCEPTION 'level must be producer, worker or admin, got %', quote_nullable(_grant_level.level)
+        RAISE EXCEPTION 'level must be producer, observer, worker or admin, got %', quote_nullable(_grant_level.level)
             USING ERRCODE = '22023';
     END IF;
     EXECUTE format('GRANT USAGE ON SCHEMA jobq TO %I', grantee);
@@ -2111,7 +2388,8 @@ BEGIN
         EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.jobs TO %I', grantee);
         EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq TO %I', grantee);
         EXECUTE format('GRANT SELECT ON TABLE jobq.health TO %I', grantee);
-        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings TO %I', grantee);
+        EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings, jobq.unique_keys,'
+                       ' jobq.results, jobq.deadlines TO %I', grantee);
         EXECUTE format('GRANT SELECT ON TABLE jobq.queues TO %I', grantee);
     END IF;
 END
@@ -2142,7 +2420,8 @@ BEGIN
     EXECUTE format('REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.jobs FROM %I', grantee);
     EXECUTE format('REVOKE USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq FROM %I', grantee);
     EXECUTE format('REVOKE SELECT ON TABLE jobq.health FROM %I', grantee);
-    EXECUTE format('REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings FROM %I', grantee);
+    EXECUTE format('REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings, jobq.unique_keys,'
+                   ' jobq.results, jobq.deadlines FROM %I', grantee);
     EXECUTE format('REVOKE SELECT ON TABLE jobq.queues FROM %I', grantee);
 END
 $$;
@@ -2151,17 +2430,47 @@ COMMENT ON FUNCTION jobq.revoke_all(regrole) IS
 REVOKE ALL ON FUNCTION jobq.revoke_all(regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.revoke_all(regrole) TO @extowner@;
 
-COMMENT ON FUNCTION jobq.grant_producer(regrole) IS
-    'Let role enqueue jobs (jobq.enqueue, jobq.enqueue_many) and follow its own (jobq.job, wait, watch); no access to the jobs table. Owner or superuser only.';
+-- see_jobs: the producer level no longer includes looking jobs up by id
+DROP FUNCTION jobq.grant_producer(regrole);
+
+/*
+ * jobq.grant_producer(role, see_jobs): returns nothing.  Grants the
+ * producer level, and with see_jobs the observer level too: jobq.job, wait
+ * and watch, which show any job's state and result by its id (ids are
+ * sequential, so a producer given them can read every job's outcome; not
+ * its payload).  Raises like jobq._grantee, and 22004 for a NULL see_jobs.
+ */
+CREATE FUNCTION jobq.grant_producer(role regrole, see_jobs boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF grant_producer.see_jobs IS NULL THEN
+        RAISE EXCEPTION 'see_jobs must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM jobq._grant_level(grant_producer.role, 'producer');
+    IF grant_producer.see_jobs THEN
+        PERFORM jobq._grant_level(grant_producer.role, 'observer');
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq.grant_producer(regrole, boolean) IS
+    'Let role enqueue jobs (jobq.enqueue, jobq.enqueue_many), and with see_jobs look any job up (jobq.job, wait, watch); no access to the jobs table. Owner or superuser only.';
+REVOKE ALL ON FUNCTION jobq.grant_producer(regrole, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.grant_producer(regrole, boolean) TO @extowner@;
+
 COMMENT ON FUNCTION jobq.grant_worker(regrole) IS
     'Let role work jobs (claim, heartbeat, complete, fail, snooze, release and their batch forms), recover expired leases (reap) and look jobs up (job, wait, watch); no access to the jobs table. Owner or superuser only.';
 COMMENT ON FUNCTION jobq.grant_admin(regrole) IS
-    'Let role do everything with the queue: every function, retry_failed, purge, stats, cancel, pause, resume, configure_queue, jobq.health, jobq.queues, and read and write jobq.jobs and jobq.queue_settings. Owner or superuser only.';
+    'Let role do everything with the queue: every function, retry_failed, purge, stats, cancel, pause, resume, configure_queue, jobq.health, jobq.queues, and read and write jobq.jobs, jobq.queue_settings, jobq.unique_keys and jobq.results. Owner or superuser only.';
 
 ----------------------------------------------------------------------------
 -- Grants: each role keeps its level.  A new function is granted to every
 -- role that may execute the function it replaces, or a function of the
--- same level; the admins (SELECT on jobq.jobs) get the new table and view.
+-- same level; the admins (EXECUTE on jobq.retry_failed) get the new tables
+-- and the view.  Producers do not get jobq.job, wait and watch: ids are
+-- sequential (jobq.grant_producer(role, see_jobs => true) gives them).
 -- An upgrade run by a superuser restores the initial privileges its grants
 -- changed, so that pg_dump keeps them; otherwise it says which roles a
 -- dump would leave without them.
@@ -2178,12 +2487,9 @@ BEGIN
         SELECT c.old::pg_catalog.regprocedure AS old, c.new AS new, c.kind
           FROM (VALUES
                 ('jobq.enqueue(text, jsonb, integer, timestamptz, integer)',
-                 'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, interval)', 'f'),
+                 'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb)', 'f'),
                 ('jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer)',
-                 'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, interval)', 'f'),
-                ('jobq.enqueue(text, jsonb, integer, timestamptz, integer)', 'jobq.job(bigint)', 'f'),
-                ('jobq.enqueue(text, jsonb, integer, timestamptz, integer)', 'jobq.wait(bigint, interval)', 'f'),
-                ('jobq.enqueue(text, jsonb, integer, timestamptz, integer)', 'jobq.watch(bigint)', 'f'),
+                 'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb)', 'f'),
                 ('jobq.claim(text, integer, text, interval)', 'jobq.job(bigint)', 'f'),
                 ('jobq.claim(text, integer, text, interval)', 'jobq.wait(bigint, interval)', 'f'),
                 ('jobq.claim(text, integer, text, interval)', 'jobq.watch(bigint)', 'f'),
@@ -2203,6 +2509,10 @@ BEGIN
                 ('jobq.retry_failed(text, bigint[])', 'jobq._queues()', 'f'),
                 ('jobq.retry_failed(text, bigint[])', 'jobq._retry_delay(text, integer)', 'f'),
                 ('jobq.retry_failed(text, bigint[])', 'jobq.queue_settings', 't'),
+                ('jobq.retry_failed(text, bigint[])', 'jobq.unique_keys', 't'),
+                ('jobq.retry_failed(text, bigint[])', 'jobq._notify_finished(bigint)', 'f'),
+                ('jobq.retry_failed(text, bigint[])', 'jobq.results', 't'),
+                ('jobq.retry_failed(text, bigint[])', 'jobq.deadlines', 't'),
                 ('jobq.retry_failed(text, bigint[])', 'jobq.queues', 'v')) AS c(old, new, kind)
     LOOP
         SELECT i.initprivs INTO initial
@@ -2249,7 +2559,8 @@ BEGIN
     IF pg_catalog.cardinality(kept) OPERATOR(pg_catalog.>) 0 THEN
         RAISE WARNING 'pgjobq 0.6.0 granted % the new jobq.enqueue, enqueue_many, complete, complete_many, '
                       'complete_and_claim, fail, snooze, heartbeat_status, job, wait, watch, stats, cancel, pause, '
-                      'resume, configure_queue and jobq.queues', pg_catalog.array_to_string(kept, ', ')
+                      'resume, configure_queue, jobq.queues and the tables of job control',
+                      pg_catalog.array_to_string(kept, ', ')
             USING DETAIL = 'An upgrade not run by a superuser records its grants as initial privileges, which '
                            'pg_dump leaves out.',
                   HINT = 'After restoring a dump of this database, run jobq.grant_producer, grant_worker or '
