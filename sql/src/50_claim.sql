@@ -326,7 +326,7 @@ BEGIN
         INSERT INTO jobq.deadlines (id, lease, deadline)
         SELECT c.id, c.lease, statement_timestamp() + hint.timeout
           FROM claimed AS c
-         WHERE hint.timeout IS NOT NULL
+         WHERE (SELECT hint.timeout) IS NOT NULL  -- a sub-select, so the plan cache keeps one plan
         ON CONFLICT ON CONSTRAINT deadlines_pkey DO UPDATE SET lease = excluded.lease, deadline = excluded.deadline
     )
     SELECT c.* FROM claimed AS c ORDER BY c.priority DESC, c.run_at, c.id;

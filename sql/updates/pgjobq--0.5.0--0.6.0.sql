@@ -1283,7 +1283,7 @@ BEGIN
         INSERT INTO jobq.deadlines (id, lease, deadline)
         SELECT c.id, c.lease, statement_timestamp() + hint.timeout
           FROM claimed AS c
-         WHERE hint.timeout IS NOT NULL
+         WHERE (SELECT hint.timeout) IS NOT NULL  -- a sub-select, so the plan cache keeps one plan
         ON CONFLICT ON CONSTRAINT deadlines_pkey DO UPDATE SET lease = excluded.lease, deadline = excluded.deadline
     )
     SELECT c.* FROM claimed AS c ORDER BY c.priority DESC, c.run_at, c.id;
@@ -1402,17 +1402,26 @@ BEGIN
     IF complete.id IS NULL OR complete.lease IS NULL THEN
         PERFORM jobq._check_lease(complete.id, complete.lease);  -- raises, naming the NULL
     END IF;
-    -- a job without job control, completed without a result: the whole work
-    -- is this UPDATE
+    -- a job without job control: the whole work is this UPDATE (and, with a
+    -- result, its INSERT).  The result is tested in plpgsql, not in the
+    -- UPDATE, which the plan cache would re-plan for each value (jobq.claim)
     UPDATE jobq.jobs AS j
        SET status = 'done', finished_at = statement_timestamp()
-     WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'running'
-       AND j.control IS NULL AND complete.result IS NULL;
-    IF FOUND THEN
+     WHERE j.id = complete.id AND j.lease = complete.lease AND j.status = 'running' AND j.control IS NULL;
+    IF FOUND AND complete.result IS NULL THEN
         RETURN;
     END IF;
+    IF FOUND THEN
+        IF pg_column_size(complete.result) > 1000 THEN
+            PERFORM jobq._check_result(complete.result, 'result');  -- sees it whole; its error undoes the UPDATE
+        END IF;
+        INSERT INTO jobq.results (id, result) VALUES (complete.id, complete.result)
+        ON CONFLICT ON CONSTRAINT results_pkey DO UPDATE SET result = excluded.result;
+        RETURN;
+    END IF;
+    -- a job under job control (watched, or asked to cancel), a repeat, or a lease not held
     IF pg_column_size(complete.result) > 1000 THEN
-        PERFORM jobq._check_result(complete.result, 'result');  -- sees a compressed result whole
+        PERFORM jobq._check_result(complete.result, 'result');
     END IF;
     UPDATE jobq.jobs AS j
        SET status = 'done', finished_at = statement_timestamp()
