@@ -25,7 +25,7 @@ COMMENT ON COLUMN jobq.queue_settings.backoff_base IS 'Retry delay after attempt
 COMMENT ON COLUMN jobq.queue_settings.backoff_max IS 'The longest retry delay; default 300 seconds.';
 COMMENT ON COLUMN jobq.queue_settings.backoff_jitter IS 'Between 0 and 1: each delay is shortened by up to this fraction, at random; default 0.';
 COMMENT ON COLUMN jobq.queue_settings.lease_timeout IS 'The lease of a claim that names none; default 60 seconds.';
-COMMENT ON COLUMN jobq.queue_settings.timeout IS 'The longest an attempt may run when its job sets no timeout; default none.';
+COMMENT ON COLUMN jobq.queue_settings.timeout IS 'The longest an attempt of one of its jobs may run once claimed; default none (no limit).';
 COMMENT ON COLUMN jobq.queue_settings.updated_at IS 'When the row last changed.';
 
 -- pg_dump keeps the settings, like the jobs.
@@ -96,7 +96,7 @@ COMMENT ON COLUMN jobq.queues.backoff_base IS 'Retry delay after attempt a: leas
 COMMENT ON COLUMN jobq.queues.backoff_max IS 'The longest retry delay.';
 COMMENT ON COLUMN jobq.queues.backoff_jitter IS 'The fraction by which a retry delay is shortened at random, at most.';
 COMMENT ON COLUMN jobq.queues.lease_timeout IS 'The lease of a claim that names none.';
-COMMENT ON COLUMN jobq.queues.timeout IS 'The longest an attempt may run when its job sets no timeout; NULL: no limit.';
+COMMENT ON COLUMN jobq.queues.timeout IS 'The longest an attempt of one of its jobs may run once claimed; NULL: no limit.';
 COMMENT ON COLUMN jobq.queues.configured IS 'Whether the queue has a row in jobq.queue_settings.';
 REVOKE ALL ON TABLE jobq.queues FROM PUBLIC;
 GRANT SELECT ON TABLE jobq.queues TO @extowner@;

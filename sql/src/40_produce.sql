@@ -127,12 +127,14 @@ BEGIN
             changed := true;
             RETURN;
         ELSIF holder_status = 'running' THEN
-            -- the running job runs on, but gives up the key and its retries
-            -- (a failure ends it failed): the next round gives the key to
+            -- the running job is asked to stop, as by jobq.cancel (it ends
+            -- done if it completes, cancelled whatever else happens to it:
+            -- it never runs again), and the next round gives the key to
             -- the new job
             UPDATE jobq.jobs AS j
-               SET max_attempts = j.attempts
+               SET control = coalesce(j.control, 0) | 1
              WHERE j.id = holder_id;
+            PERFORM pg_notify('jobq_' || _enqueue_unique.queue, 'cancel:' || holder_id);
             UPDATE jobq.unique_keys AS k  -- locked by jobq._take_key
                SET job_id = new_id, until_done = _enqueue_unique.unique_scope = 'until_done'
              WHERE k.queue = _enqueue_unique.queue AND k.unique_key = _enqueue_unique.unique_key;
@@ -168,8 +170,8 @@ GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz
  * purged), no second one is created; on_conflict decides what happens
  * instead: return (the holder's id), skip (NULL), raise (JQ004), replace (a
  * queued holder takes this call's payload, priority, run_at, max_attempts
- * and headers, and its id is returned; a running holder runs on but gives
- * up the key and its retries, and a new job is inserted; a done holder is
+ * and headers, and its id is returned; a running holder gives up the key
+ * and is asked to stop, as by jobq.cancel, and a new job is inserted; a done holder is
  * returned).  A conflicting enqueue still in flight is waited for.
  *
  * Raises 22004 (NULL argument), 22023 (bad queue name, payload not a JSON

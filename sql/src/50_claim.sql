@@ -42,9 +42,13 @@ REVOKE ALL ON TABLE jobq._claim_hints FROM PUBLIC;
  * jobq._claim_settings(queue): the queue's row of jobq._claim_hints, its
  * settings read afresh from jobq.queue_settings, for a claim that found no
  * row or an expired one.  Stores the row (cached for a minute) when it can
- * take the queue's advisory lock at once and the transaction is READ
- * COMMITTED (an older snapshot could store settings already changed);
- * otherwise only returns it.  Deletes the rows of queues not claimed for a
+ * take the queue's advisory lock at once, the transaction is READ
+ * COMMITTED (an older snapshot could store settings already changed) and
+ * the claim is the transaction's first statement (so that the lock, which
+ * a change of the settings waits for, and which forward mode's position
+ * needs too, is held for a moment, not for a long transaction's life);
+ * otherwise only returns it, and a claim in a longer transaction reads the
+ * settings afresh each time.  Deletes the rows of queues not claimed for a
  * minute.  Locks: the queue's advisory lock (pg_try_advisory_xact_lock,
  * never waiting), held to the end of the transaction.
  */
@@ -57,7 +61,10 @@ DECLARE
     cached jobq._claim_hints;
     stored boolean;
 BEGIN
+    -- stored only by a claim that is its transaction's first statement (an
+    -- autocommit claim: the lock is held for a moment), under READ COMMITTED
     stored := current_setting('transaction_isolation') = 'read committed'
+              AND transaction_timestamp() = statement_timestamp()
               AND pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(_claim_settings.queue));
     -- read after the lock, with a snapshot of its own
     SELECT _claim_settings.queue, h.priority, h.run_at, h.id, h.until, s.paused, s.lease_timeout, s.timeout,

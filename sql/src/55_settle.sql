@@ -56,11 +56,16 @@ BEGIN
                AND (j.status = 'running') IS TRUE
             RETURNING j.*
         ), stored AS (
+            -- the result of the pair that acknowledged the job (its id and
+            -- lease), the first such pair's if it came twice
             INSERT INTO jobq.results (id, result)
-            SELECT d.id, r.result
+            SELECT DISTINCT ON (d.id) d.id, r.result
               FROM acknowledged AS d
-              JOIN unnest(_acknowledge.ids, _acknowledge.results) AS r(id, result) ON r.id = d.id
+              JOIN unnest(_acknowledge.ids, _acknowledge.leases, _acknowledge.results) WITH ORDINALITY
+                   AS r(id, lease, result, position)
+                ON r.id = d.id AND r.lease = d.lease
              WHERE r.result IS NOT NULL
+             ORDER BY d.id, r.position
             ON CONFLICT ON CONSTRAINT results_pkey DO UPDATE SET result = excluded.result
         )
         SELECT d.* FROM acknowledged AS d WHERE d.control IS NULL OR d.control & 2 = 0 OR jobq._notify_finished(d.id);
@@ -397,8 +402,9 @@ GRANT EXECUTE ON FUNCTION jobq.heartbeat(bigint, bigint) TO @extowner@;
 
 /*
  * jobq.heartbeat_many(ids, leases): the ids whose lease was extended by its
- * own length, as jobq.heartbeat does (never past the job's deadline),
- * ascending: the jobs still running under the lease given.  A pair whose
+ * own length, as jobq.heartbeat does, ascending: the jobs still running
+ * under the lease given, but for those past their deadline (which
+ * jobq.heartbeat refuses with JQ003).  A pair whose
  * lease is not current, or whose job is no longer running, is left out, not
  * raised, so a worker extends every job in hand with one statement and
  * learns which it lost.  One UPDATE; locks the rows it changes.  Raises like
@@ -415,7 +421,10 @@ AS $$
 BEGIN
     PERFORM jobq._check_pairs(heartbeat_many.ids, heartbeat_many.leases);
     RETURN QUERY
-    SELECT h.id FROM jobq._extend(heartbeat_many.ids, heartbeat_many.leases) AS h ORDER BY h.id;
+    SELECT h.id
+      FROM jobq._extend(heartbeat_many.ids, heartbeat_many.leases) AS h
+     WHERE h.lease_expires_at > statement_timestamp()  -- past its deadline: refused, as by jobq.heartbeat
+     ORDER BY h.id;
 END
 $$;
 COMMENT ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) IS

@@ -132,7 +132,7 @@ GRANT EXECUTE ON FUNCTION jobq._grantee(regrole) TO @extowner@;
  * jobq._grant_level(role, level): returns nothing.  Grants role USAGE on the
  * schema, EXECUTE on jobq._level_functions(level) and, for admin, table
  * privileges on jobq.jobs, its sequence, jobq.queue_settings,
- * jobq.unique_keys and jobq.results, and SELECT
+ * jobq.unique_keys, jobq.results and jobq.deadlines, and SELECT
  * on the views jobq.health and jobq.queues.  Runs with the caller's rights.
  * Raises like jobq._grantee, and 22023 for an unknown level.
  */
@@ -212,7 +212,7 @@ LANGUAGE sql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT jobq._grant_level(grant_admin.role, 'admin') $$;
 COMMENT ON FUNCTION jobq.grant_admin(regrole) IS
-    'Let role do everything with the queue: every function, retry_failed, purge, stats, cancel, pause, resume, configure_queue, jobq.health, jobq.queues, and read and write jobq.jobs, jobq.queue_settings, jobq.unique_keys and jobq.results. Owner or superuser only.';
+    'Let role do everything with the queue: every function, retry_failed, purge, stats, cancel, pause, resume, configure_queue, jobq.health, jobq.queues, and read and write jobq.jobs, jobq.queue_settings, jobq.unique_keys, jobq.results and jobq.deadlines. Owner or superuser only.';
 REVOKE ALL ON FUNCTION jobq.grant_admin(regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.grant_admin(regrole) TO @extowner@;
 

@@ -125,7 +125,7 @@ COMMENT ON COLUMN jobq.queue_settings.backoff_base IS 'Retry delay after attempt
 COMMENT ON COLUMN jobq.queue_settings.backoff_max IS 'The longest retry delay; default 300 seconds.';
 COMMENT ON COLUMN jobq.queue_settings.backoff_jitter IS 'Between 0 and 1: each delay is shortened by up to this fraction, at random; default 0.';
 COMMENT ON COLUMN jobq.queue_settings.lease_timeout IS 'The lease of a claim that names none; default 60 seconds.';
-COMMENT ON COLUMN jobq.queue_settings.timeout IS 'The longest an attempt may run when its job sets no timeout; default none.';
+COMMENT ON COLUMN jobq.queue_settings.timeout IS 'The longest an attempt of one of its jobs may run once claimed; default none (no limit).';
 COMMENT ON COLUMN jobq.queue_settings.updated_at IS 'When the row last changed.';
 
 -- pg_dump keeps the settings, like the jobs.
@@ -196,7 +196,7 @@ COMMENT ON COLUMN jobq.queues.backoff_base IS 'Retry delay after attempt a: leas
 COMMENT ON COLUMN jobq.queues.backoff_max IS 'The longest retry delay.';
 COMMENT ON COLUMN jobq.queues.backoff_jitter IS 'The fraction by which a retry delay is shortened at random, at most.';
 COMMENT ON COLUMN jobq.queues.lease_timeout IS 'The lease of a claim that names none.';
-COMMENT ON COLUMN jobq.queues.timeout IS 'The longest an attempt may run when its job sets no timeout; NULL: no limit.';
+COMMENT ON COLUMN jobq.queues.timeout IS 'The longest an attempt of one of its jobs may run once claimed; NULL: no limit.';
 COMMENT ON COLUMN jobq.queues.configured IS 'Whether the queue has a row in jobq.queue_settings.';
 REVOKE ALL ON TABLE jobq.queues FROM PUBLIC;
 GRANT SELECT ON TABLE jobq.queues TO @extowner@;
@@ -692,12 +692,14 @@ BEGIN
             changed := true;
             RETURN;
         ELSIF holder_status = 'running' THEN
-            -- the running job runs on, but gives up the key and its retries
-            -- (a failure ends it failed): the next round gives the key to
+            -- the running job is asked to stop, as by jobq.cancel (it ends
+            -- done if it completes, cancelled whatever else happens to it:
+            -- it never runs again), and the next round gives the key to
             -- the new job
             UPDATE jobq.jobs AS j
-               SET max_attempts = j.attempts
+               SET control = coalesce(j.control, 0) | 1
              WHERE j.id = holder_id;
+            PERFORM pg_notify('jobq_' || _enqueue_unique.queue, 'cancel:' || holder_id);
             UPDATE jobq.unique_keys AS k  -- locked by jobq._take_key
                SET job_id = new_id, until_done = _enqueue_unique.unique_scope = 'until_done'
              WHERE k.queue = _enqueue_unique.queue AND k.unique_key = _enqueue_unique.unique_key;
@@ -733,8 +735,8 @@ GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz
  * purged), no second one is created; on_conflict decides what happens
  * instead: return (the holder's id), skip (NULL), raise (JQ004), replace (a
  * queued holder takes this call's payload, priority, run_at, max_attempts
- * and headers, and its id is returned; a running holder runs on but gives
- * up the key and its retries, and a new job is inserted; a done holder is
+ * and headers, and its id is returned; a running holder gives up the key
+ * and is asked to stop, as by jobq.cancel, and a new job is inserted; a done holder is
  * returned).  A conflicting enqueue still in flight is waited for.
  *
  * Raises 22004 (NULL argument), 22023 (bad queue name, payload not a JSON
@@ -999,9 +1001,13 @@ REVOKE ALL ON TABLE jobq._claim_hints FROM PUBLIC;
  * jobq._claim_settings(queue): the queue's row of jobq._claim_hints, its
  * settings read afresh from jobq.queue_settings, for a claim that found no
  * row or an expired one.  Stores the row (cached for a minute) when it can
- * take the queue's advisory lock at once and the transaction is READ
- * COMMITTED (an older snapshot could store settings already changed);
- * otherwise only returns it.  Deletes the rows of queues not claimed for a
+ * take the queue's advisory lock at once, the transaction is READ
+ * COMMITTED (an older snapshot could store settings already changed) and
+ * the claim is the transaction's first statement (so that the lock, which
+ * a change of the settings waits for, and which forward mode's position
+ * needs too, is held for a moment, not for a long transaction's life);
+ * otherwise only returns it, and a claim in a longer transaction reads the
+ * settings afresh each time.  Deletes the rows of queues not claimed for a
  * minute.  Locks: the queue's advisory lock (pg_try_advisory_xact_lock,
  * never waiting), held to the end of the transaction.
  */
@@ -1014,7 +1020,10 @@ DECLARE
     cached jobq._claim_hints;
     stored boolean;
 BEGIN
+    -- stored only by a claim that is its transaction's first statement (an
+    -- autocommit claim: the lock is held for a moment), under READ COMMITTED
     stored := current_setting('transaction_isolation') = 'read committed'
+              AND transaction_timestamp() = statement_timestamp()
               AND pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(_claim_settings.queue));
     -- read after the lock, with a snapshot of its own
     SELECT _claim_settings.queue, h.priority, h.run_at, h.id, h.until, s.paused, s.lease_timeout, s.timeout,
@@ -1349,11 +1358,16 @@ BEGIN
                AND (j.status = 'running') IS TRUE
             RETURNING j.*
         ), stored AS (
+            -- the result of the pair that acknowledged the job (its id and
+            -- lease), the first such pair's if it came twice
             INSERT INTO jobq.results (id, result)
-            SELECT d.id, r.result
+            SELECT DISTINCT ON (d.id) d.id, r.result
               FROM acknowledged AS d
-              JOIN unnest(_acknowledge.ids, _acknowledge.results) AS r(id, result) ON r.id = d.id
+              JOIN unnest(_acknowledge.ids, _acknowledge.leases, _acknowledge.results) WITH ORDINALITY
+                   AS r(id, lease, result, position)
+                ON r.id = d.id AND r.lease = d.lease
              WHERE r.result IS NOT NULL
+             ORDER BY d.id, r.position
             ON CONFLICT ON CONSTRAINT results_pkey DO UPDATE SET result = excluded.result
         )
         SELECT d.* FROM acknowledged AS d WHERE d.control IS NULL OR d.control & 2 = 0 OR jobq._notify_finished(d.id);
@@ -1724,8 +1738,9 @@ GRANT EXECUTE ON FUNCTION jobq._extend(bigint[], bigint[]) TO @extowner@;
 
 /*
  * jobq.heartbeat_many(ids, leases): the ids whose lease was extended by its
- * own length, as jobq.heartbeat does (never past the job's deadline),
- * ascending: the jobs still running under the lease given.  A pair whose
+ * own length, as jobq.heartbeat does, ascending: the jobs still running
+ * under the lease given, but for those past their deadline (which
+ * jobq.heartbeat refuses with JQ003).  A pair whose
  * lease is not current, or whose job is no longer running, is left out, not
  * raised, so a worker extends every job in hand with one statement and
  * learns which it lost.  One UPDATE; locks the rows it changes.  Raises like
@@ -1742,7 +1757,10 @@ AS $$
 BEGIN
     PERFORM jobq._check_pairs(heartbeat_many.ids, heartbeat_many.leases);
     RETURN QUERY
-    SELECT h.id FROM jobq._extend(heartbeat_many.ids, heartbeat_many.leases) AS h ORDER BY h.id;
+    SELECT h.id
+      FROM jobq._extend(heartbeat_many.ids, heartbeat_many.leases) AS h
+     WHERE h.lease_expires_at > statement_timestamp()  -- past its deadline: refused, as by jobq.heartbeat
+     ORDER BY h.id;
 END
 $$;
 COMMENT ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) IS
@@ -2371,7 +2389,7 @@ GRANT EXECUTE ON FUNCTION jobq._level_functions(text) TO @extowner@;
  * jobq._grant_level(role, level): returns nothing.  Grants role USAGE on the
  * schema, EXECUTE on jobq._level_functions(level) and, for admin, table
  * privileges on jobq.jobs, its sequence, jobq.queue_settings,
- * jobq.unique_keys and jobq.results, and SELECT
+ * jobq.unique_keys, jobq.results and jobq.deadlines, and SELECT
  * on the views jobq.health and jobq.queues.  Runs with the caller's rights.
  * Raises like jobq._grantee, and 22023 for an unknown level.
  */
@@ -2472,7 +2490,7 @@ GRANT EXECUTE ON FUNCTION jobq.grant_producer(regrole, boolean) TO @extowner@;
 COMMENT ON FUNCTION jobq.grant_worker(regrole) IS
     'Let role work jobs (claim, heartbeat, complete, fail, snooze, release and their batch forms), recover expired leases (reap) and look jobs up (job, wait, watch); no access to the jobs table. Owner or superuser only.';
 COMMENT ON FUNCTION jobq.grant_admin(regrole) IS
-    'Let role do everything with the queue: every function, retry_failed, purge, stats, cancel, pause, resume, configure_queue, jobq.health, jobq.queues, and read and write jobq.jobs, jobq.queue_settings, jobq.unique_keys and jobq.results. Owner or superuser only.';
+    'Let role do everything with the queue: every function, retry_failed, purge, stats, cancel, pause, resume, configure_queue, jobq.health, jobq.queues, and read and write jobq.jobs, jobq.queue_settings, jobq.unique_keys, jobq.results and jobq.deadlines. Owner or superuser only.';
 
 ----------------------------------------------------------------------------
 -- Grants: each role keeps its level.  A new function is granted to every
