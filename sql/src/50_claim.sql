@@ -32,7 +32,7 @@ CREATE UNLOGGED TABLE jobq._claim_hints (
     lease_timeout interval,
     timeout       interval,
     max_attempts  integer,
-    cached_until  timestamptz NOT NULL
+    cached_until  timestamptz NOT NULL DEFAULT '-infinity'  -- settings not cached
 );
 COMMENT ON TABLE jobq._claim_hints IS
     'Internal: per queue claimed lately, its settings (from jobq.queue_settings, until cached_until) and where claims in forward mode scan from (priority, run_at, id, until until). A cache and a hint only.';
@@ -276,10 +276,8 @@ BEGIN
           FROM jobq.jobs AS p
          WHERE h.queue = claim.queue AND p.id = picked[cardinality(picked)];
         IF NOT FOUND THEN  -- the settings were not cached: a row for the position alone
-            INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until, paused, lease_timeout, timeout,
-                                           max_attempts, cached_until)
-            SELECT claim.queue, p.priority, p.run_at, p.id, statement_timestamp() + interval '2 seconds',
-                   hint.paused, hint.lease_timeout, hint.timeout, hint.max_attempts, '-infinity'
+            INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until)
+            SELECT claim.queue, p.priority, p.run_at, p.id, statement_timestamp() + interval '2 seconds'
               FROM jobq.jobs AS p
              WHERE p.id = picked[cardinality(picked)];
         END IF;

@@ -430,8 +430,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq._check_options(integer, timestamptz, integer) IS 'Internal: raises 22004/22023 unless the enqueue options are in range.';
-REVOKE ALL ON FUNCTION jobq._check_options(integer, timestamptz, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._check_options(integer, timestamptz, integer) TO @extowner@;
 
 /*
  * jobq._check_result(result, argument): returns nothing; raises 54000 when
@@ -991,7 +989,7 @@ CREATE UNLOGGED TABLE jobq._claim_hints (
     lease_timeout interval,
     timeout       interval,
     max_attempts  integer,
-    cached_until  timestamptz NOT NULL
+    cached_until  timestamptz NOT NULL DEFAULT '-infinity'  -- settings not cached
 );
 COMMENT ON TABLE jobq._claim_hints IS
     'Internal: per queue claimed lately, its settings (from jobq.queue_settings, until cached_until) and where claims in forward mode scan from (priority, run_at, id, until until). A cache and a hint only.';
@@ -1235,10 +1233,8 @@ BEGIN
           FROM jobq.jobs AS p
          WHERE h.queue = claim.queue AND p.id = picked[cardinality(picked)];
         IF NOT FOUND THEN  -- the settings were not cached: a row for the position alone
-            INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until, paused, lease_timeout, timeout,
-                                           max_attempts, cached_until)
-            SELECT claim.queue, p.priority, p.run_at, p.id, statement_timestamp() + interval '2 seconds',
-                   hint.paused, hint.lease_timeout, hint.timeout, hint.max_attempts, '-infinity'
+            INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until)
+            SELECT claim.queue, p.priority, p.run_at, p.id, statement_timestamp() + interval '2 seconds'
               FROM jobq.jobs AS p
              WHERE p.id = picked[cardinality(picked)];
         END IF;
@@ -1300,8 +1296,6 @@ END
 $$;
 COMMENT ON FUNCTION jobq.claim(text, integer, text, interval) IS
     'Claim up to n runnable jobs of a queue for worker (FOR NO KEY UPDATE SKIP LOCKED), each under a new lease that expires lease_timeout (default: the queue''s, else 60 s) from now; returns them running. A paused queue gives none.';
-REVOKE ALL ON FUNCTION jobq.claim(text, integer, text, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.claim(text, integer, text, interval) TO @extowner@;
 
 ----------------------------------------------------------------------------
 -- Settling: results, retry_in, snooze, deadlines, cancel requests.
@@ -1699,8 +1693,6 @@ END
 $$;
 COMMENT ON FUNCTION jobq.heartbeat(bigint, bigint) IS
     'Extend the lease of a running job by its own length (locked_at = now; never past its deadline) so jobq.reap leaves it alone; returns the new locked_at. Refuses a stale lease with JQ001, a timed-out attempt with JQ003.';
-REVOKE ALL ON FUNCTION jobq.heartbeat(bigint, bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.heartbeat(bigint, bigint) TO @extowner@;
 
 /*
  * jobq._extend(ids, leases): the jobs of the (id, lease) pairs still running
@@ -1765,8 +1757,6 @@ END
 $$;
 COMMENT ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) IS
     'Extend the leases of many running jobs by their own lengths in one statement; returns the ids extended. Stale pairs are left out.';
-REVOKE ALL ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.heartbeat_many(bigint[], bigint[]) TO @extowner@;
 
 /*
  * jobq.heartbeat_status(ids, leases): for each pair still running under the
@@ -1832,8 +1822,6 @@ END
 $$;
 COMMENT ON FUNCTION jobq.release(bigint, bigint) IS
     'Hand a claimed, unstarted job back to the queue without counting the attempt (cancelled, if a cancel was requested). Refuses a stale lease with JQ001.';
-REVOKE ALL ON FUNCTION jobq.release(bigint, bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.release(bigint, bigint) TO @extowner@;
 
 ----------------------------------------------------------------------------
 -- Operating: reap by the queue's backoff and deadlines, redrive around
@@ -1907,8 +1895,6 @@ END
 $$;
 COMMENT ON FUNCTION jobq.reap(interval) IS
     'Recover running jobs whose lease expired or whose timeout passed: back to queued, failed when out of attempts, cancelled when a cancel was requested. Returns them. stale, when given, also requires the lease to be older than stale.';
-REVOKE ALL ON FUNCTION jobq.reap(interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.reap(interval) TO @extowner@;
 
 /*
  * jobq.retry_failed(queue, ids): the ids redriven, ascending.  Failed jobs
@@ -1979,8 +1965,6 @@ END
 $$;
 COMMENT ON FUNCTION jobq.retry_failed(text, bigint[]) IS
     'Dead-letter redrive: failed jobs (optionally of one queue, optionally only these ids) back to queued with attempts reset. Returns their ids; a job whose unique key a newer job holds stays failed.';
-REVOKE ALL ON FUNCTION jobq.retry_failed(text, bigint[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.retry_failed(text, bigint[]) TO @extowner@;
 
 /*
  * jobq.purge(older_than, max_rows): the number of jobs deleted: done and
@@ -2041,8 +2025,6 @@ END
 $$;
 COMMENT ON FUNCTION jobq.purge(interval, integer, boolean) IS
     'Delete done and cancelled jobs (and failed ones with include_failed) finished more than older_than ago, at most max_rows; returns how many.';
-REVOKE ALL ON FUNCTION jobq.purge(interval, integer, boolean) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.purge(interval, integer, boolean) TO @extowner@;
 
 -- its result gains a column: the old one steps aside until its grants are copied
 ALTER FUNCTION jobq.stats() RENAME TO _stats_0_5_0;
@@ -2382,8 +2364,6 @@ END
 $$;
 COMMENT ON FUNCTION jobq._level_functions(text) IS
     'Internal: the functions that the producer, worker or admin level may execute.';
-REVOKE ALL ON FUNCTION jobq._level_functions(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._level_functions(text) TO @extowner@;
 
 /*
  * jobq._grant_level(role, level): returns nothing.  Grants role USAGE on the
@@ -2423,8 +2403,6 @@ END
 $$;
 COMMENT ON FUNCTION jobq._grant_level(regrole, text) IS
     'Internal: grants the privileges of one access level (producer, worker, admin).';
-REVOKE ALL ON FUNCTION jobq._grant_level(regrole, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._grant_level(regrole, text) TO @extowner@;
 
 /*
  * jobq.revoke_all(role): returns nothing.  Takes back every privilege the
@@ -2454,8 +2432,6 @@ END
 $$;
 COMMENT ON FUNCTION jobq.revoke_all(regrole) IS
     'Take back from role every privilege that grant_producer, grant_worker or grant_admin gave. Owner or superuser only.';
-REVOKE ALL ON FUNCTION jobq.revoke_all(regrole) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.revoke_all(regrole) TO @extowner@;
 
 -- see_jobs: the producer level no longer includes looking jobs up by id
 DROP FUNCTION jobq.grant_producer(regrole);
