@@ -16,50 +16,105 @@ from helpers.sqlhelpers import Db, scalar
 
 LoginRole = Callable[..., tuple[str, psycopg.Connection[Any]]]
 
-# Every way into jobq a role might try, each run in a transaction that is
-# rolled back, so one attempt never changes what the next one sees.
-# {held_id} and {held_lease} name a running job, {other_role} a role to grant to.
+# Every way into jobq a role might try, each run in a transaction that is rolled back, so one attempt never
+# changes what the next one sees.  {held_id} and {held_lease} name a running job, {own_id} a queued one,
+# {other_role} a role to grant to.
 ATTEMPTS: dict[str, str] = {
     "enqueue": "SELECT jobq.enqueue('emails', '{{}}')",
+    "enqueue with job options": (
+        "SELECT jobq.enqueue('emails', '{{}}', unique_key => 'k', unique_scope => 'until_done',"
+        " on_conflict => 'skip', headers => '{{}}')"
+    ),
     "enqueue_many": "SELECT jobq.enqueue_many('emails', ARRAY['{{}}']::jsonb[])",
+    "enqueue_many with unique keys": (
+        "SELECT jobq.enqueue_many('emails', ARRAY['{{}}']::jsonb[], unique_keys => ARRAY['k'])"
+    ),
     "claim": "SELECT * FROM jobq.claim('emails', 1, 'w1')",
-    "complete": "SELECT jobq.complete({held_id}, {held_lease})",
-    "complete_many": "SELECT jobq.complete_many(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[])",
-    "fail": "SELECT jobq.fail({held_id}, 'boom', {held_lease})",
+    "complete": "SELECT jobq.complete({held_id}, {held_lease}, '\"result\"')",
+    "complete_many": (
+        "SELECT jobq.complete_many(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[],"
+        " ARRAY['1']::jsonb[])"
+    ),
+    "fail": "SELECT jobq.fail({held_id}, 'boom', {held_lease}, retry_in => '1 s')",
+    "snooze": "SELECT jobq.snooze({held_id}, {held_lease}, '1 minute')",
     "heartbeat": "SELECT jobq.heartbeat({held_id}, {held_lease})",
     "heartbeat_many": "SELECT jobq.heartbeat_many(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[])",
+    "heartbeat_status": (
+        "SELECT * FROM jobq.heartbeat_status(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[])"
+    ),
     "release": "SELECT jobq.release({held_id}, {held_lease})",
     "complete_and_claim": (
         "SELECT * FROM jobq.complete_and_claim(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[],"
-        " 'emails', 1, 'w1')"
+        " 'emails', 1, 'w1', results => ARRAY['1']::jsonb[])"
     ),
+    "wait for work": "SELECT * FROM jobq.wait('emails', 'w1', '1 s')",
+    "job": "SELECT * FROM jobq.job({own_id})",
+    "wait for a job": "SELECT * FROM jobq.wait({own_id}, '0 s')",
+    "watch": "SELECT * FROM jobq.watch({own_id})",
     "channel": "SELECT jobq.channel('emails')",
     "version": "SELECT jobq.version()",
     "reap": "SELECT * FROM jobq.reap()",
-    "retry_failed": "SELECT jobq.retry_failed()",
+    "retry_failed": "SELECT * FROM jobq.retry_failed()",
     "stats": "SELECT * FROM jobq.stats()",
     "purge": "SELECT jobq.purge('1 day')",
+    "cancel": "SELECT * FROM jobq.cancel(ARRAY[{held_id}, {own_id}]::bigint[])",
+    "pause": "SELECT jobq.pause('emails')",
+    "resume": "SELECT jobq.resume('emails')",
+    "configure_queue": (
+        "SELECT * FROM jobq.configure_queue('emails', max_attempts => 5, unset => ARRAY['timeout'])"
+    ),
     "health": "SELECT * FROM jobq.health",
+    "queues": "SELECT * FROM jobq.queues",
     "grant_producer": "SELECT jobq.grant_producer({other_role})",
     "grant_worker": "SELECT jobq.grant_worker({other_role})",
     "grant_admin": "SELECT jobq.grant_admin({other_role})",
     "revoke_all": "SELECT jobq.revoke_all({other_role})",
-    "internal function": "SELECT jobq._backoff(1)",
+    "internal function": "SELECT jobq._retry_delay('emails', 1)",
+    "internal function of no level": (
+        "SELECT * FROM jobq._acknowledge('{{}}'::bigint[], '{{}}'::bigint[], NULL)"
+    ),
     "table SELECT": "SELECT count(*) FROM jobq.jobs",
     "table INSERT": "INSERT INTO jobq.jobs (queue, payload) VALUES ('emails', '{{}}')",
     "table UPDATE": "UPDATE jobq.jobs SET priority = 1",
     "table DELETE": "DELETE FROM jobq.jobs",
     "sequence": "SELECT nextval('jobq.jobs_id_seq')",
+    "settings SELECT": "SELECT count(*) FROM jobq.queue_settings",
+    "settings INSERT": "INSERT INTO jobq.queue_settings (queue, paused) VALUES ('other', true)",
+    "settings UPDATE": "UPDATE jobq.queue_settings SET paused = true",
+    "settings DELETE": "DELETE FROM jobq.queue_settings",
+    "unique keys SELECT": "SELECT count(*) FROM jobq.unique_keys",
+    "unique keys DELETE": "DELETE FROM jobq.unique_keys",
+    "results SELECT": "SELECT count(*) FROM jobq.results",
+    "results DELETE": "DELETE FROM jobq.results",
+    "deadlines SELECT": "SELECT count(*) FROM jobq.deadlines",
 }
 
-PRODUCER = {"enqueue", "enqueue_many", "channel", "version"}
+LOOKUP = {"job", "wait for a job", "watch", "channel", "version"}
+PRODUCER = {
+    "enqueue",
+    "enqueue with job options",
+    "enqueue_many",
+    "enqueue_many with unique keys",
+    "channel",
+    "version",
+}
 WORKER = {
-    *("claim", "complete", "complete_many", "complete_and_claim"),
-    *("fail", "heartbeat", "heartbeat_many", "release", "reap", "channel", "version"),
+    *("claim", "complete", "complete_many", "complete_and_claim", "fail", "snooze"),
+    *("heartbeat", "heartbeat_many", "heartbeat_status", "release", "wait for work", "reap"),
+    *LOOKUP,
 }
-ADMIN = set(ATTEMPTS) - {"grant_producer", "grant_worker", "grant_admin", "revoke_all"}
+ADMIN = set(ATTEMPTS) - {
+    *("grant_producer", "grant_worker", "grant_admin", "revoke_all"),
+    "internal function of no level",
+}
 
-LEVELS: dict[str, set[str]] = {"none": set(), "producer": PRODUCER, "worker": WORKER, "admin": ADMIN}
+LEVELS: dict[str, set[str]] = {
+    "none": set(),
+    "producer": PRODUCER,
+    "observing producer": PRODUCER | LOOKUP,  # grant_producer(role, see_jobs => true)
+    "worker": WORKER,
+    "admin": ADMIN,
+}
 
 
 @pytest.fixture
@@ -69,10 +124,12 @@ def login_role(db: Db, dsn: str) -> Iterator[LoginRole]:
     opened: list[psycopg.Connection[Any]] = []
 
     def create(level: str | None = None, *, autocommit: bool = True) -> tuple[str, psycopg.Connection[Any]]:
-        role = f"jobq_{level or 'role'}_{uuid.uuid4().hex[:8]}"
+        role = f"jobq_{(level or 'role').replace(' ', '_')}_{uuid.uuid4().hex[:8]}"
         db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
         created.append(role)
-        if level is not None and level != "none":
+        if level == "observing producer":
+            db.execute("SELECT jobq.grant_producer(%s, see_jobs => true)", (role,))
+        elif level is not None and level != "none":
             db.execute(sql.SQL("SELECT jobq.{}(%s)").format(sql.Identifier(f"grant_{level}")), (role,))
         conn = psycopg.connect(dsn, user=role, autocommit=autocommit)
         opened.append(conn)
@@ -127,6 +184,38 @@ def test_public_has_no_privilege_on_the_schema_the_table_or_the_sequence(db: Db)
     assert row == {"schema": False, "table": False, "sequence": False}
 
 
+def test_public_has_no_privilege_on_the_queue_settings_or_the_queues_view(db: Db) -> None:
+    row = db.execute(
+        """
+        SELECT has_table_privilege('public', 'jobq.queue_settings',
+                                   'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')
+                   AS settings,
+               has_table_privilege('public', 'jobq.queues', 'SELECT, INSERT, UPDATE, DELETE') AS view
+        """
+    ).fetchone()
+
+    assert row == {"settings": False, "view": False}
+
+
+def test_public_has_no_privilege_on_any_table_view_or_sequence_of_jobq(db: Db) -> None:
+    rows = db.execute(
+        """
+        SELECT c.oid::regclass::text AS relation
+          FROM pg_class AS c
+         WHERE c.relnamespace = 'jobq'::regnamespace
+           AND CASE WHEN c.relkind = 'S' THEN has_sequence_privilege('public', c.oid, 'USAGE, SELECT, UPDATE')
+                    WHEN c.relkind = ANY (ARRAY['r', 'v', 'm', 'p'])
+                    THEN has_table_privilege('public', c.oid,
+                                             'SELECT, INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER')
+                    ELSE false END
+        """
+    ).fetchall()
+    relations = scalar(db, "SELECT count(*) FROM pg_class WHERE relnamespace = 'jobq'::regnamespace")
+
+    assert relations > 5
+    assert [row["relation"] for row in rows] == []
+
+
 @pytest.mark.parametrize("level", list(LEVELS))
 def test_each_level_reaches_exactly_its_functions_and_tables(
     level: str, db: Db, login_role: LoginRole
@@ -134,11 +223,29 @@ def test_each_level_reaches_exactly_its_functions_and_tables(
     db.execute("SELECT jobq.enqueue_many('emails', array_fill('{}'::jsonb, ARRAY[3]))")
     held = db.execute("SELECT id, lease FROM jobq.claim('emails', 1, 'setup')").fetchone()
     assert held is not None
+    db.execute("SELECT jobq.configure_queue('emails', timeout => '1 hour')")
+    # jobs that make the admin's calls take their every path: a failed job with a unique key (retry_failed
+    # gives it its key back), a done one finished long ago (purge frees its key), watched jobs (cancel
+    # notifies "jobq.done")
+    for key, settle in (("failed-key", "jobq.fail(%s, 'boom', %s)"), ("done-key", "jobq.complete(%s, %s)")):
+        db.execute("SELECT jobq.enqueue('setup', '{}', max_attempts => 1, unique_key => %s)", (key,))
+        settled = db.execute("SELECT id, lease FROM jobq.claim('setup', 1, 'setup')").fetchone()
+        assert settled is not None
+        db.execute(f"SELECT {settle}", (settled["id"], settled["lease"]))
+    db.execute("UPDATE jobq.jobs SET finished_at = now() - interval '2 days' WHERE status = 'done'")
     other_role, _ = login_role()
     _, conn = login_role(level, autocommit=False)
+    own_id = scalar(db, "SELECT jobq.enqueue('emails', '{}')")
+    db.execute("SELECT jobq.watch(%s), jobq.watch(%s)", (held["id"], own_id))
 
     seen = outcomes(
-        conn, {"held_id": held["id"], "held_lease": held["lease"], "other_role": f"'{other_role}'"}
+        conn,
+        {
+            "held_id": held["id"],
+            "held_lease": held["lease"],
+            "own_id": own_id,
+            "other_role": f"'{other_role}'",
+        },
     )
 
     expected = {name: "allowed" if name in LEVELS[level] else "denied" for name in ATTEMPTS}

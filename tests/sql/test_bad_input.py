@@ -1,10 +1,11 @@
 """Bad arguments to every function of the SQL API: the SQLSTATE, a message naming the argument, no change.
 
 The cases run against one database per module, cloned from the session's template and seeded with jobs in
-every state: queued, delayed, waiting for a retry, running under a live lease, running under a day-old lease
-that took over from an earlier one, done and failed.  So "nothing changed" means something: after each
-refused call every column of every row of jobq.jobs, and the id sequence, are as before, and a connection
-listening on the channels of the queues involved heard nothing.  Each call runs in autocommit, its own
+every state: queued, delayed, waiting for a retry, running under a live lease (and watched), running under a
+day-old lease that took over from an earlier one, done and failed, and one configured queue.  So "nothing
+changed" means something: after each refused call every column of every row of jobq.jobs and of
+jobq.queue_settings, and the id sequence, are as before, and a connection listening on the channels of the
+queues involved, and on "jobq.done", heard nothing.  Each call runs in autocommit, its own
 transaction, because a notification is only delivered at commit.
 
 The same table runs again under a hostile search_path, against a second database whose public schema holds
@@ -30,6 +31,7 @@ from pytest_postgresql.janitor import DatabaseJanitor
 from helpers.sqlhelpers import (
     Connect,
     Db,
+    JobsSnapshot,
     claim_one,
     enqueue,
     jobs_snapshot,
@@ -100,13 +102,16 @@ def seed_jobs(conn: Db) -> None:
     retrying = claim_new("retrying")
     conn.execute("SELECT jobq.fail(%s, 'try again', %s)", (retrying["id"], retrying["lease"]))
     conn.execute("UPDATE jobq.jobs SET run_at = now() + interval '1 hour' WHERE id = %s", (retrying["id"],))
-    claim_new("running")
+    running = claim_new("running")
+    conn.execute("SELECT jobq.watch(%s)", (running["id"],))  # finishing it would notify "jobq.done"
     for n in (1, 2, 3):
         enqueue(conn, "default", {"seed": f"queued_{n}"})
     enqueue(conn, "default", {"seed": "urgent"}, priority=10)
     enqueue(conn, "default", {"seed": "delayed"}, run_at=datetime.now(timezone.utc) + timedelta(hours=1))
     enqueue(conn, "emails", {"seed": "emails_1"})
     enqueue(conn, "emails", {"seed": "emails_2"})
+
+    conn.execute("SELECT jobq.configure_queue('emails', max_attempts => 5, lease_timeout => '2 minutes')")
 
     states = conn.execute("SELECT payload ->> 'seed', status, lease FROM jobq.jobs ORDER BY id").fetchall()
     assert [tuple(state.values()) for state in states] == [
@@ -259,12 +264,6 @@ ENQUEUE_CASES = [
         "22023",
         "max_attempts",
     ),
-    case(
-        "enqueue-null-max-attempts",
-        "SELECT jobq.enqueue('default', '{}', max_attempts => NULL)",
-        "22004",
-        "max_attempts",
-    ),
 ]
 
 ENQUEUE_MANY_CASES = [
@@ -379,12 +378,6 @@ CLAIM_CASES = [
         "w" * 100_000,
     ),
     case(
-        "claim-null-lease-timeout",
-        "SELECT * FROM jobq.claim('default', 1, 'w1', NULL)",
-        "22004",
-        "lease_timeout",
-    ),
-    case(
         "claim-zero-lease-timeout",
         "SELECT * FROM jobq.claim('default', 1, 'w1', '0 s')",
         "22023",
@@ -408,12 +401,6 @@ CLAIM_CASES = [
         "22023",
         "lease_timeout",
     ),
-    case(
-        "complete-and-claim-null-lease-timeout",
-        "SELECT * FROM jobq.complete_and_claim('{}', '{}', 'default', 1, 'w1', lease_timeout => NULL)",
-        "22004",
-        "lease_timeout",
-    ),
 ]
 
 WAIT_CASES = [
@@ -433,12 +420,13 @@ WAIT_CASES = [
     case("wait-up-to-over-a-day", "SELECT * FROM jobq.wait('default', 'w1', '1 day 1 s')", "22023", "up_to"),
 ]
 
-# complete, heartbeat, release and fail take (id, lease) and refuse alike.
+# complete, heartbeat, release, fail and snooze take (id, lease) and refuse alike.
 LEASE_CALLS = {
     "complete": "SELECT jobq.complete(%s, %s)",
     "heartbeat": "SELECT jobq.heartbeat(%s, %s)",
     "release": "SELECT jobq.release(%s, %s)",
     "fail": "SELECT jobq.fail(%s, 'boom', %s)",
+    "snooze": "SELECT jobq.snooze(%s, %s, '1 minute')",
 }
 
 LEASE_CASES = [
@@ -462,7 +450,7 @@ LEASE_CASES = [
     ],
     *[
         case(f"{call}-after-complete", LEASE_CALLS[call], "JQ001", "lease", id_of("done"), lease_of("done"))
-        for call in ("heartbeat", "release", "fail")
+        for call in ("heartbeat", "release", "fail", "snooze")
     ],
     case("complete-negative-id", LEASE_CALLS["complete"], "JQ002", "id", -1, 1),
     case(
@@ -592,14 +580,446 @@ OPERATING_CASES = [
     ),
 ]
 
+# 0.6.0's options of enqueue and enqueue_many: unique keys and headers (timeout is the queue's alone)
+JOB_OPTION_CASES = [
+    case(
+        "enqueue-empty-unique-key",
+        "SELECT jobq.enqueue('default', '{}', unique_key => '')",
+        "22023",
+        "unique_key",
+    ),
+    case(
+        "enqueue-513-character-unique-key",
+        "SELECT jobq.enqueue('default', '{}', unique_key => %s)",
+        "22023",
+        "unique_key",
+        "k" * 513,
+    ),
+    case(
+        "enqueue-null-unique-scope",
+        "SELECT jobq.enqueue('default', '{}', unique_key => 'k', unique_scope => NULL)",
+        "22004",
+        "unique_scope",
+    ),
+    case(
+        "enqueue-unknown-unique-scope",
+        "SELECT jobq.enqueue('default', '{}', unique_key => 'k', unique_scope => 'forever')",
+        "22023",
+        "unique_scope",
+    ),
+    case(
+        "enqueue-null-on-conflict",
+        "SELECT jobq.enqueue('default', '{}', unique_key => 'k', on_conflict => NULL)",
+        "22004",
+        "on_conflict",
+    ),
+    case(
+        "enqueue-unknown-on-conflict",
+        "SELECT jobq.enqueue('default', '{}', unique_key => 'k', on_conflict => 'ignore')",
+        "22023",
+        "on_conflict",
+    ),
+    case(
+        "enqueue-unknown-on-conflict-without-a-key",
+        "SELECT jobq.enqueue('default', '{}', on_conflict => 'overwrite')",
+        "22023",
+        "on_conflict",
+    ),
+    case(
+        "enqueue-array-headers", "SELECT jobq.enqueue('default', '{}', headers => '[1]')", "22023", "headers"
+    ),
+    case(
+        "enqueue-string-headers",
+        "SELECT jobq.enqueue('default', '{}', headers => '\"h\"')",
+        "22023",
+        "headers",
+    ),
+    case(
+        "enqueue-json-null-headers",
+        "SELECT jobq.enqueue('default', '{}', headers => 'null')",
+        "22023",
+        "headers",
+    ),
+    case(
+        "enqueue-headers-over-1-mib",
+        "SELECT jobq.enqueue('default', '{}', headers => %s)",
+        "54000",
+        "headers",
+        OVER_1_MIB,
+    ),
+    case(
+        "enqueue-keyed-with-a-bad-payload",
+        "SELECT jobq.enqueue('default', '[1]', unique_key => 'k')",
+        "22023",
+        "payload",
+    ),
+    # -- enqueue_many
+    case(
+        "enqueue-many-two-dimensional-unique-keys",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}', '{}']::jsonb[], unique_keys => ARRAY[['a', 'b']])",
+        "22023",
+        "unique_keys",
+    ),
+    case(
+        "enqueue-many-fewer-unique-keys",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}', '{}']::jsonb[], unique_keys => ARRAY['a'])",
+        "22023",
+        "unique_keys",
+    ),
+    case(
+        "enqueue-many-more-unique-keys",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], unique_keys => ARRAY['a', 'b'])",
+        "22023",
+        "unique_keys",
+    ),
+    case(
+        "enqueue-many-empty-unique-key-at-2",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}', '{}', '{}']::jsonb[],"
+        " unique_keys => ARRAY['a', '', 'c'])",
+        "22023",
+        "unique_keys[2]",
+    ),
+    case(
+        "enqueue-many-513-character-unique-key-at-1",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], unique_keys => ARRAY[%s])",
+        "22023",
+        "unique_keys[1]",
+        "k" * 513,
+    ),
+    case(
+        "enqueue-many-bad-unique-key-of-an-array-indexed-from-0",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}', '{}']::jsonb[],"
+        " unique_keys => '[0:1]={a,\"\"}'::text[])",
+        "22023",
+        "unique_keys[1]",
+    ),
+    case(
+        "enqueue-many-null-unique-scope",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], unique_keys => ARRAY['a'],"
+        " unique_scope => NULL)",
+        "22004",
+        "unique_scope",
+    ),
+    case(
+        "enqueue-many-unknown-unique-scope",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], unique_scope => 'always')",
+        "22023",
+        "unique_scope",
+    ),
+    case(
+        "enqueue-many-null-on-conflict",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], on_conflict => NULL)",
+        "22004",
+        "on_conflict",
+    ),
+    case(
+        "enqueue-many-unknown-on-conflict",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], unique_keys => ARRAY['a'],"
+        " on_conflict => 'x')",
+        "22023",
+        "on_conflict",
+    ),
+    case(
+        "enqueue-many-array-headers",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], headers => '[]')",
+        "22023",
+        "headers",
+    ),
+    case(
+        "enqueue-many-headers-over-1-mib",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], headers => %s)",
+        "54000",
+        "headers",
+        OVER_1_MIB,
+    ),
+]
+
+# 0.6.0's arguments of the worker's calls: results, retry_in, delay
+SETTLE_CASES = [
+    case(
+        "complete-result-over-1-mib",
+        "SELECT jobq.complete(%s, %s, %s)",
+        "54000",
+        "result",
+        id_of("running"),
+        lease_of("running"),
+        OVER_1_MIB,
+    ),
+    *[
+        c
+        for call, query in {
+            "complete-many": (
+                "SELECT jobq.complete_many(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], %s::jsonb[])"
+            ),
+            "complete-and-claim": (
+                "SELECT * FROM jobq.complete_and_claim(ARRAY[%s]::bigint[], ARRAY[%s]::bigint[],"
+                " 'default', 1, 'w1', results => %s::jsonb[])"
+            ),
+        }.items()
+        for c in (
+            case(
+                f"{call}-fewer-results",
+                query,
+                "22023",
+                "results",
+                id_of("running"),
+                lease_of("running"),
+                [],
+            ),
+            case(
+                f"{call}-more-results",
+                query,
+                "22023",
+                "results",
+                id_of("running"),
+                lease_of("running"),
+                [Jsonb(1), Jsonb(2)],
+            ),
+            case(
+                f"{call}-two-dimensional-results",
+                query,
+                "22023",
+                "results",
+                id_of("running"),
+                lease_of("running"),
+                [[Jsonb(1)]],
+            ),
+            case(
+                f"{call}-result-over-1-mib-at-1",
+                query,
+                "54000",
+                "results[1]",
+                id_of("running"),
+                lease_of("running"),
+                [OVER_1_MIB],
+            ),
+        )
+    ],
+    case(
+        "fail-negative-retry-in",
+        "SELECT jobq.fail(%s, 'boom', %s, retry_in => '-1 s')",
+        "22023",
+        "retry_in",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "fail-retry-in-over-10-years",
+        "SELECT jobq.fail(%s, 'boom', %s, retry_in => '10 years 1 day')",
+        "22023",
+        "retry_in",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "snooze-null-delay",
+        "SELECT jobq.snooze(%s, %s, NULL)",
+        "22004",
+        "delay",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "snooze-negative-delay",
+        "SELECT jobq.snooze(%s, %s, '-1 s')",
+        "22023",
+        "delay",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "snooze-delay-over-10-years",
+        "SELECT jobq.snooze(%s, %s, '11 years')",
+        "22023",
+        "delay",
+        id_of("running"),
+        lease_of("running"),
+    ),
+]
+
+HEARTBEAT_STATUS_CASES = [
+    case(
+        "heartbeat-status-null-ids",
+        "SELECT * FROM jobq.heartbeat_status(NULL, ARRAY[%s]::bigint[])",
+        "22004",
+        "ids",
+        lease_of("running"),
+    ),
+    case(
+        "heartbeat-status-null-leases",
+        "SELECT * FROM jobq.heartbeat_status(ARRAY[%s]::bigint[], NULL)",
+        "22004",
+        "leases",
+        id_of("running"),
+    ),
+    case(
+        "heartbeat-status-lengths-differ",
+        "SELECT * FROM jobq.heartbeat_status(ARRAY[%s]::bigint[], ARRAY[%s, 1]::bigint[])",
+        "22023",
+        "leases",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "heartbeat-status-null-in-ids",
+        "SELECT * FROM jobq.heartbeat_status(ARRAY[%s, NULL]::bigint[], ARRAY[%s, 1]::bigint[])",
+        "22023",
+        "ids",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "heartbeat-status-two-dimensional-arrays",
+        "SELECT * FROM jobq.heartbeat_status(ARRAY[[%s]]::bigint[], ARRAY[[%s]]::bigint[])",
+        "22023",
+        "ids",
+        id_of("running"),
+        lease_of("running"),
+    ),
+]
+
+# jobq.cancel, pause and resume
+CONTROL_CASES = [
+    case("cancel-null-ids", "SELECT * FROM jobq.cancel(NULL)", "22004", "ids"),
+    case(
+        "cancel-null-in-ids",
+        "SELECT * FROM jobq.cancel(ARRAY[%s, NULL, %s]::bigint[])",
+        "22023",
+        "ids",
+        id_of("queued_1"),
+        id_of("running"),
+    ),
+    case(
+        "cancel-two-dimensional-ids",
+        "SELECT * FROM jobq.cancel(ARRAY[[%s], [%s]]::bigint[])",
+        "22023",
+        "ids",
+        id_of("queued_1"),
+        id_of("running"),
+    ),
+    case(
+        "cancel-null-force",
+        "SELECT * FROM jobq.cancel(ARRAY[%s, %s]::bigint[], force => NULL)",
+        "22004",
+        "force",
+        id_of("queued_1"),
+        id_of("running"),
+    ),
+    *[
+        c
+        for call in ("pause", "resume")
+        for c in (
+            case(f"{call}-null-queue", f"SELECT jobq.{call}(NULL)", "22004", "queue"),
+            case(f"{call}-upper-case-queue", f"SELECT jobq.{call}('Default')", "22023", "queue"),
+            case(
+                f"{call}-notify-injection-queue",
+                f"SELECT jobq.{call}(%s)",
+                "22023",
+                "queue",
+                BAD_QUEUE_NAMES["notify-injection"],
+            ),
+        )
+    ],
+]
+
+# jobq.configure_queue: every setting out of its range, and unset; the seeded queue emails is configured
+CONFIGURE_BAD_VALUES: dict[str, list[Any]] = {
+    "max_attempts": [0, -1, 1001],
+    "backoff_base": ["0 s", "-1 s", "1 day 1 s"],
+    "backoff_max": ["0 s", "-1 s", "10 years 1 day"],
+    "backoff_jitter": [-0.1, 1.5, float("nan"), float("inf")],
+    "lease_timeout": ["0 s", "-1 s", "1 day 1 s", "1 month -30 days"],
+    "timeout": ["0 s", "-1 s", "30 days 1 s"],
+}
+CONFIGURE_CASES = [
+    case(
+        "configure-null-queue",
+        "SELECT * FROM jobq.configure_queue(NULL, max_attempts => 2)",
+        "22004",
+        "queue",
+    ),
+    case(
+        "configure-quote-injection-queue",
+        "SELECT * FROM jobq.configure_queue(%s, max_attempts => 2)",
+        "22023",
+        "queue",
+        BAD_QUEUE_NAMES["quote-injection"],
+    ),
+    *[
+        case(
+            f"configure-{setting.replace('_', '-')}-{value}".replace(" ", "-"),
+            f"SELECT * FROM jobq.configure_queue('emails', {setting} => %s)",
+            "22023",
+            setting,
+            value,
+        )
+        for setting, values in CONFIGURE_BAD_VALUES.items()
+        for value in values
+    ],
+    case(
+        "configure-null-unset",
+        "SELECT * FROM jobq.configure_queue('emails', unset => NULL)",
+        "22004",
+        "unset",
+    ),
+    case(
+        "configure-two-dimensional-unset",
+        "SELECT * FROM jobq.configure_queue('emails', unset => ARRAY[['timeout']])",
+        "22023",
+        "unset",
+    ),
+    case(
+        "configure-unset-of-an-unknown-setting",
+        "SELECT * FROM jobq.configure_queue('emails', unset => ARRAY['timeout', 'paused'])",
+        "22023",
+        "unset[2]",
+    ),
+    case(
+        "configure-unset-holding-null",
+        "SELECT * FROM jobq.configure_queue('emails', unset => ARRAY[NULL, 'timeout'])",
+        "22023",
+        "unset[1]",
+    ),
+    case(
+        "configure-unset-of-a-setting-also-given",
+        "SELECT * FROM jobq.configure_queue('emails', max_attempts => 4, unset => ARRAY['max_attempts'])",
+        "22023",
+        "unset",
+    ),
+]
+
+# jobq.job, wait (for a job) and watch
+LOOKUP_CASES = [
+    case("job-null-id", "SELECT * FROM jobq.job(NULL)", "22004", "id"),
+    case("job-unknown-id", "SELECT * FROM jobq.job(%s)", "JQ002", "id", UNKNOWN_ID),
+    case("wait-for-a-null-id", "SELECT * FROM jobq.wait(NULL::bigint, '0 s')", "22004", "id"),
+    case("wait-for-an-unknown-id", "SELECT * FROM jobq.wait(%s, '0 s')", "JQ002", "id", UNKNOWN_ID),
+    case("wait-null-timeout", "SELECT * FROM jobq.wait(%s, NULL)", "22004", "timeout", id_of("running")),
+    case(
+        "wait-negative-timeout", "SELECT * FROM jobq.wait(%s, '-1 s')", "22023", "timeout", id_of("running")
+    ),
+    case(
+        "wait-timeout-over-60-s", "SELECT * FROM jobq.wait(%s, '61 s')", "22023", "timeout", id_of("running")
+    ),
+    case("wait-timeout-of-a-day", "SELECT * FROM jobq.wait(%s, '1 day')", "22023", "timeout", id_of("done")),
+    case("watch-null-id", "SELECT * FROM jobq.watch(NULL)", "22004", "id"),
+    case("watch-unknown-id", "SELECT * FROM jobq.watch(%s)", "JQ002", "id", UNKNOWN_ID),
+]
+
 CASES = [
     *ENQUEUE_CASES,
+    *JOB_OPTION_CASES,
     *ENQUEUE_MANY_CASES,
     *CLAIM_CASES,
     *WAIT_CASES,
     *LEASE_CASES,
     *COMPLETE_MANY_CASES,
     *OPERATING_CASES,
+    *SETTLE_CASES,
+    *HEARTBEAT_STATUS_CASES,
+    *CONTROL_CASES,
+    *CONFIGURE_CASES,
+    *LOOKUP_CASES,
 ]
 
 
@@ -706,6 +1126,7 @@ def seeded_database(
             observer.execute(LOOKALIKES)
             caller.execute(HOSTILE_SEARCH_PATH)
         listen_to_queues(listener, QUEUES_HEARD)
+        listener.execute('LISTEN "jobq.done"')
         yield Seeded(dsn, caller, observer, listener, record_notices(caller))
 
 
@@ -740,6 +1161,12 @@ def refusal(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] |
     return Refusal(raised.value.sqlstate, raised.value.diag.message_primary or "")
 
 
+def snapshot(conn: Db) -> tuple[JobsSnapshot, list[dict[str, Any]]]:
+    """Every job and the id sequence (jobs_snapshot), and every row of jobq.queue_settings."""
+    settings = conn.execute("SELECT s.* FROM jobq.queue_settings AS s ORDER BY s.queue").fetchall()
+    return jobs_snapshot(conn), settings
+
+
 def names(message: str, argument: str) -> bool:
     """Whether message names argument as a word of its own ('id' is not named by 'ids')."""
     return re.search(rf"(?<![\w\[]){re.escape(argument)}(?![\w\[])", message) is not None
@@ -753,13 +1180,13 @@ def names(message: str, argument: str) -> bool:
 @pytest.mark.parametrize("bad", CASES)
 def test_a_bad_argument_is_refused_by_name_and_changes_nothing(seeded: Seeded, bad: Case) -> None:
     params = resolve(seeded.observer, bad.params)
-    before = jobs_snapshot(seeded.observer)
+    before = snapshot(seeded.observer)
     notifications_before_marker(seeded.listener, seeded.observer)
 
     refused = refusal(seeded.caller, bad.query, params)
 
     assert (refused.sqlstate, names(refused.message, bad.argument)) == (bad.sqlstate, True), refused.message
-    assert jobs_snapshot(seeded.observer) == before
+    assert snapshot(seeded.observer) == before
     assert notifications_before_marker(seeded.listener, seeded.observer) == []
 
 
@@ -770,7 +1197,7 @@ def test_under_a_hostile_search_path_a_bad_argument_is_refused_the_same_way(
     """search_path = public, pg_catalog, pg_temp, with look-alikes in public: the refusal is the one a clean
     search_path gets, no look-alike runs, and nothing changes."""
     params = resolve(hostile.observer, bad.params)
-    before = jobs_snapshot(hostile.observer)
+    before = snapshot(hostile.observer)
     notifications_before_marker(hostile.listener, hostile.observer)
     hostile.notices.clear()
 
@@ -780,7 +1207,7 @@ def test_under_a_hostile_search_path_a_bad_argument_is_refused_the_same_way(
     assert hijacked == clean
     assert (clean.sqlstate, names(clean.message, bad.argument)) == (bad.sqlstate, True), clean.message
     assert hostile.notices == []
-    assert jobs_snapshot(hostile.observer) == before
+    assert snapshot(hostile.observer) == before
     assert notifications_before_marker(hostile.listener, hostile.observer) == []
 
 
@@ -819,7 +1246,7 @@ def test_a_refused_claim_leaves_every_queued_job_unlocked_while_its_transaction_
 
 
 def test_the_lock_check_sees_the_job_an_open_claim_holds(seeded: Seeded) -> None:
-    before = jobs_snapshot(seeded.observer)
+    before = snapshot(seeded.observer)
     queued, _ = queued_rows_unlocked(seeded.observer)
 
     with psycopg.connect(seeded.dsn) as claimer:
@@ -827,7 +1254,7 @@ def test_the_lock_check_sees_the_job_an_open_claim_holds(seeded: Seeded) -> None
 
         assert (len(claimed), queued_rows_unlocked(seeded.observer)) == (1, (queued, queued - 1))
         claimer.rollback()
-    assert jobs_snapshot(seeded.observer) == before
+    assert snapshot(seeded.observer) == before
 
 
 def test_the_notification_check_hears_a_committed_enqueue(db: Db, connect: Connect) -> None:
@@ -841,12 +1268,12 @@ def test_the_notification_check_hears_a_committed_enqueue(db: Db, connect: Conne
 
 def test_a_repeated_complete_with_the_same_lease_is_accepted_and_changes_nothing(seeded: Seeded) -> None:
     params = resolve(seeded.observer, (id_of("done"), lease_of("done")))
-    before = jobs_snapshot(seeded.observer)
+    before = snapshot(seeded.observer)
     notifications_before_marker(seeded.listener, seeded.observer)
 
     seeded.caller.execute("SELECT jobq.complete(%s, %s)", params)
 
-    assert jobs_snapshot(seeded.observer) == before
+    assert snapshot(seeded.observer) == before
     assert notifications_before_marker(seeded.listener, seeded.observer) == []
 
 
@@ -893,7 +1320,7 @@ def test_a_payload_postgresql_cannot_parse_as_jsonb_is_refused_by_postgresql_and
     """\\u0000 and NaN (or Infinity) have no jsonb form: PostgreSQL refuses the parameter while parsing it,
     before jobq's function runs.  So the SQLSTATE and message are PostgreSQL's own (22P05, 22P02), and the
     message cannot name jobq's argument; nothing changes all the same."""
-    before = jobs_snapshot(seeded.observer)
+    before = snapshot(seeded.observer)
     notifications_before_marker(seeded.listener, seeded.observer)
 
     with pytest.raises(psycopg.Error) as raised:
@@ -901,7 +1328,7 @@ def test_a_payload_postgresql_cannot_parse_as_jsonb_is_refused_by_postgresql_and
 
     diag = raised.value.diag
     assert (raised.value.sqlstate, diag.message_primary, diag.message_detail) == (sqlstate, message, detail)
-    assert jobs_snapshot(seeded.observer) == before
+    assert snapshot(seeded.observer) == before
     assert notifications_before_marker(seeded.listener, seeded.observer) == []
 
 
@@ -934,3 +1361,57 @@ def test_the_argument_matcher_tells_an_argument_from_a_longer_word() -> None:
     assert not names("ids must not be NULL", "id")
     assert names("payloads[2] must not be NULL", "payloads[2]")
     assert not names("payloads[2] must not be NULL", "payloads")
+
+
+def test_the_snapshot_sees_a_change_of_the_queue_settings(seeded: Seeded) -> None:
+    before = snapshot(seeded.observer)
+
+    with seeded.observer.transaction(force_rollback=True):
+        seeded.observer.execute("SELECT jobq.configure_queue('emails', backoff_jitter => 0.5)")
+        assert snapshot(seeded.observer) != before
+
+    assert snapshot(seeded.observer) == before
+
+
+def test_the_notification_check_hears_a_watched_job_finishing(db: Db, connect: Connect) -> None:
+    listener = connect()
+    listen_to_queues(listener, [])
+    listener.execute('LISTEN "jobq.done"')
+    job_id = enqueue(db)
+    db.execute("SELECT jobq.watch(%s)", (job_id,))
+
+    db.execute("SELECT jobq.cancel(ARRAY[%s]::bigint[])", (job_id,))
+
+    assert notifications_before_marker(listener, db) == [("jobq.done", str(job_id))]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT jobq.enqueue('default', '{}', max_attempts => NULL)",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], max_attempts => NULL)",
+        "SELECT jobq.enqueue('default', '{}', unique_key => NULL, headers => NULL)",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], unique_keys => NULL, headers => NULL)",
+        "SELECT * FROM jobq.claim('default', 1, 'w1', lease_timeout => NULL)",
+        "SELECT * FROM jobq.complete_and_claim('{}', '{}', 'default', 1, 'w1', lease_timeout => NULL)",
+        "SELECT * FROM jobq.complete_and_claim('{}', '{}', 'default', 1, 'w1', results => NULL)",
+        "SELECT * FROM jobq.complete_many('{}', '{}', results => NULL)",
+        "SELECT * FROM jobq.configure_queue('default')",
+    ],
+    ids=[
+        "enqueue-max-attempts",
+        "enqueue-many-max-attempts",
+        "enqueue-job-options",
+        "enqueue-many-job-options",
+        "claim-lease-timeout",
+        "complete-and-claim-lease-timeout",
+        "complete-and-claim-results",
+        "complete-many-results",
+        "configure-queue-settings",
+    ],
+)
+def test_a_null_option_is_accepted_and_means_the_default(db: Db, query: str) -> None:
+    """0.6.0 made these NULLs valid: the queue's setting, else the default (and NULL refused them before)."""
+    enqueue(db)
+
+    db.execute(query).fetchall()
