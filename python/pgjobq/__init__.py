@@ -5,7 +5,13 @@ Enqueue on your own connection and transaction::
     import pgjobq
     with psycopg.connect(dsn) as conn:
         conn.execute("INSERT INTO orders ...")
-        pgjobq.enqueue(conn, "emails", {"order": 42})
+        job_id = pgjobq.enqueue(conn, "emails", {"order": 42})
+
+Once that has committed, a caller that needs the outcome waits for it, on a
+connection outside a transaction::
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        state = pgjobq.wait(conn, job_id, timedelta(seconds=30))  # a JobState; None at the timeout
 
 Run handlers with :class:`Worker` or the ``pgjobq worker`` command.  This
 package works with the extension versions in ``SUPPORTED_EXTENSION_VERSIONS``:
@@ -18,25 +24,37 @@ from __future__ import annotations
 import logging
 
 from pgjobq._client import (
+    Cancellation,
     Health,
+    JobState,
+    QueueSettings,
     QueueStats,
+    cancel,
     channel,
     claim,
     complete,
     complete_and_claim,
     complete_many,
+    configure_queue,
     enqueue,
     enqueue_many,
     fail,
     health,
     heartbeat,
     heartbeat_many,
+    job,
+    pause,
     purge,
+    queues,
     reap,
+    register_waiter,
     release,
+    resume,
     retry_failed,
+    snooze,
     stats,
     wait,
+    watch,
 )
 from pgjobq._errors import (
     ConfigurationError,
@@ -44,9 +62,13 @@ from pgjobq._errors import (
     IncompatibleExtension,
     InvalidArgument,
     JobNotFound,
+    JobTimedOut,
     LeaseLost,
     PayloadTooLarge,
     PermissionDenied,
+    Retry,
+    Snooze,
+    UniqueKeyInUse,
 )
 from pgjobq._extension import PACKAGE_VERSION, SUPPORTED_EXTENSION_VERSIONS, check_extension
 from pgjobq._job import Job
@@ -54,6 +76,7 @@ from pgjobq._worker import Worker, WorkerSettings
 
 __all__ = [
     "SUPPORTED_EXTENSION_VERSIONS",
+    "Cancellation",
     "ConfigurationError",
     "Error",
     "Health",
@@ -61,30 +84,45 @@ __all__ = [
     "InvalidArgument",
     "Job",
     "JobNotFound",
+    "JobState",
+    "JobTimedOut",
     "LeaseLost",
     "PayloadTooLarge",
     "PermissionDenied",
+    "QueueSettings",
     "QueueStats",
+    "Retry",
+    "Snooze",
+    "UniqueKeyInUse",
     "Worker",
     "WorkerSettings",
+    "cancel",
     "channel",
     "check_extension",
     "claim",
     "complete",
     "complete_and_claim",
     "complete_many",
+    "configure_queue",
     "enqueue",
     "enqueue_many",
     "fail",
     "health",
     "heartbeat",
     "heartbeat_many",
+    "job",
+    "pause",
     "purge",
+    "queues",
     "reap",
+    "register_waiter",
     "release",
+    "resume",
     "retry_failed",
+    "snooze",
     "stats",
     "wait",
+    "watch",
 ]
 
 __version__ = PACKAGE_VERSION

@@ -1,8 +1,10 @@
-"""The pgjobq command line: worker, enqueue, stats, retry-failed, reap, purge, health.
+"""The pgjobq command line: worker, enqueue, stats, retry-failed, reap, purge, health, and job
+control: cancel, pause, resume, job, wait, configure-queue, queues.
 
 Every option has an environment-variable twin (shown in --help).  Errors
 print one line and exit non-zero: 1 for a refused operation or an
-unreachable database, 2 for bad usage.
+unreachable database (and for wait, a job that failed or was cancelled), 2
+for bad usage, 3 when wait gave up at its timeout.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -132,11 +135,13 @@ _SETTINGS = {field.name: field for field in dataclasses.fields(WorkerSettings)}
 @_setting(
     "--lease-timeout",
     "Seconds a job's lease lasts: the database stores its expiry on the job, each heartbeat extends it "
-    "by this much again, and any worker reaps the job once it has expired.",
+    "by this much again, and any worker reaps the job once it has expired "
+    "[default: the queue's lease_timeout, else 60].",
+    type=float,
 )
 @_setting(
     "--heartbeat-interval",
-    "Seconds between heartbeats of jobs in hand [default: lease timeout / 4].",
+    "Seconds between heartbeats of jobs in hand [default: a quarter of the shortest lease in hand].",
     type=float,
 )
 @_setting("--reap-interval", "Seconds between runs of jobq.reap (recovers jobs whose lease expired).")
@@ -191,6 +196,45 @@ def worker(
         os._exit(1)
 
 
+class Seconds(click.ParamType[timedelta]):
+    """A number of seconds, as a timedelta; refused unless finite (and not beyond timedelta's range)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            seconds = float(value)
+            if not math.isfinite(seconds):
+                raise ValueError
+            return timedelta(seconds=seconds)
+        except (TypeError, ValueError, OverflowError):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+
+
+SECONDS = Seconds()
+
+
+class _StillRunning(click.ClickException):
+    """wait gave up at its timeout: exit 3, told apart from a job that failed (1)."""
+
+    exit_code = 3
+
+
+def _json_object(text: str | None, param_hint: str) -> dict[str, Any] | None:
+    """text parsed as a JSON object (None stays None); bad usage otherwise."""
+    if text is None:
+        return None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=param_hint) from exc
+    if not isinstance(document, dict):
+        raise click.BadParameter("must be a JSON object", param_hint=param_hint)
+    return document
+
+
 @main.command()
 @click.argument("queue")
 @click.argument("payload", metavar="JSON")
@@ -218,24 +262,81 @@ def worker(
     envvar="PGJOBQ_MAX_ATTEMPTS",
     show_envvar=True,
     type=int,
-    default=3,
-    show_default=True,
-    help="Attempts before the job is failed for good.",
+    default=None,
+    help="Attempts before the job is failed for good [default: the queue's setting, else 3].",
 )
-def enqueue(queue: str, payload: str, dsn: str, priority: int, delay: float, max_attempts: int) -> None:
-    """Enqueue one job with a JSON object as payload; print its id."""  # fmt: skip
-    try:
-        document = json.loads(payload)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="JSON") from exc
-    if not isinstance(document, dict):
-        raise click.BadParameter("the payload must be a JSON object", param_hint="JSON")
+@click.option(
+    "--unique-key",
+    envvar="PGJOBQ_UNIQUE_KEY",
+    show_envvar=True,
+    default=None,
+    help="While a job of the queue with this key is queued or running, enqueue nothing "
+    "(--on-conflict says what instead).",
+)
+@click.option(
+    "--unique-scope",
+    envvar="PGJOBQ_UNIQUE_SCOPE",
+    show_envvar=True,
+    type=click.Choice(["active", "until_done"]),
+    default="active",
+    show_default=True,
+    help="until_done: a done job keeps holding its key too.",
+)
+@click.option(
+    "--on-conflict",
+    envvar="PGJOBQ_ON_CONFLICT",
+    show_envvar=True,
+    type=click.Choice(["return", "skip", "raise", "replace"]),
+    default="return",
+    show_default=True,
+    help="When the key is held: print the holder's id (return), print nothing (skip), fail (raise), "
+    "or give a queued holder this job's payload and options (replace).",
+)
+@click.option(
+    "--headers",
+    envvar="PGJOBQ_HEADERS",
+    show_envvar=True,
+    default=None,
+    metavar="JSON",
+    help="A JSON object handed to the worker with the job.",
+)
+def enqueue(
+    queue: str,
+    payload: str,
+    dsn: str,
+    priority: int,
+    delay: float,
+    max_attempts: int | None,
+    unique_key: str | None,
+    unique_scope: str,
+    on_conflict: str,
+    headers: str | None,
+) -> None:
+    """Enqueue one job with a JSON object as payload; print its id (nothing when skipped).
+
+    How long it may run once claimed is its queue's to say (see configure-queue).
+    """
+    document = _json_object(payload, "JSON")
+    assert document is not None
+    header_document = _json_object(headers, "--headers")
     run_at = datetime.now(timezone.utc) + timedelta(seconds=delay) if delay else None
     with _connection(dsn) as conn:
         job_id = _client.enqueue(
-            conn, queue, document, priority=priority, run_at=run_at, max_attempts=max_attempts
+            conn,
+            queue,
+            document,
+            priority=priority,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+            unique_scope=unique_scope,
+            on_conflict=on_conflict,
+            headers=header_document,
         )
-    click.echo(job_id)
+    if job_id is None:
+        click.echo(f"skipped: unique key {unique_key!r} is held by another job of queue {queue!r}", err=True)
+    else:
+        click.echo(job_id)
 
 
 @main.command()
@@ -248,15 +349,23 @@ def stats(dsn: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([_stats_dict(row) for row in rows], indent=2))
         return
-    header = ("queue", "queued", "runnable", "running", "done", "failed", "oldest wait")
-    table = [header] + [
-        (
-            r.queue,
-            *(str(v) for v in (r.queued, r.runnable, r.running, r.done, r.failed)),
-            _age(r.oldest_queued_age),
-        )
-        for r in rows
-    ]
+    header = ("queue", "queued", "runnable", "running", "done", "failed", "cancelled", "oldest wait")
+    _echo_table(
+        header,
+        [
+            (
+                r.queue,
+                *(str(v) for v in (r.queued, r.runnable, r.running, r.done, r.failed, r.cancelled)),
+                _age(r.oldest_queued_age),
+            )
+            for r in rows
+        ],
+    )
+
+
+def _echo_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """A table: the first column left-aligned, the others right-aligned."""
+    table = [header, *rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:
         click.echo("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
@@ -271,7 +380,7 @@ def _stats_dict(row: _client.QueueStats) -> dict[str, object]:
     age = row.oldest_queued_age
     return {
         "queue": row.queue, "queued": row.queued, "runnable": row.runnable, "running": row.running,
-        "done": row.done, "failed": row.failed,
+        "done": row.done, "failed": row.failed, "cancelled": row.cancelled,
         "oldest_queued_age_seconds": None if age is None else age.total_seconds(),
     }  # fmt: skip
 
@@ -379,3 +488,246 @@ def _json_value(value: object) -> object:
     if isinstance(value, datetime):
         return value.isoformat()
     return value
+
+
+# -- job control ------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("ids", metavar="ID...", nargs=-1, required=True, type=int)
+@_dsn_option
+@click.option(
+    "--force",
+    envvar="PGJOBQ_FORCE",
+    show_envvar=True,
+    is_flag=True,
+    help="Cancel running jobs at once (their workers' leases are refused from then on) "
+    "[default: ask their workers to stop].",
+)
+def cancel(ids: tuple[int, ...], dsn: str, force: bool) -> None:
+    """Cancel jobs; print each one's status now (cancelled, cancel_requested, done or failed)."""  # fmt: skip
+    with _connection(dsn) as conn:
+        outcomes = _client.cancel(conn, ids, force=force)
+    for outcome in outcomes:
+        click.echo(f"{outcome.id} {outcome.status}")
+    unknown = sorted(set(ids) - {outcome.id for outcome in outcomes})
+    if unknown:
+        raise click.ClickException(f"no job with id {', '.join(str(i) for i in unknown)}")
+
+
+@main.command()
+@click.argument("queue")
+@_dsn_option
+def pause(queue: str, dsn: str) -> None:
+    """Stop workers claiming from QUEUE (until resume; running jobs go on)."""  # fmt: skip
+    with _connection(dsn) as conn:
+        _client.pause(conn, queue)
+    click.echo(f"queue {queue} paused")
+
+
+@main.command()
+@click.argument("queue")
+@_dsn_option
+def resume(queue: str, dsn: str) -> None:
+    """Let workers claim from QUEUE again, and wake them."""  # fmt: skip
+    with _connection(dsn) as conn:
+        _client.resume(conn, queue)
+    click.echo(f"queue {queue} resumed")
+
+
+@main.command()
+@click.argument("job_id", metavar="ID", type=int)
+@_dsn_option
+@_json_option
+def job(job_id: int, dsn: str, as_json: bool) -> None:
+    """One job's state: status, attempts, result, last error, times."""  # fmt: skip
+    with _connection(dsn) as conn:
+        state = _client.job(conn, job_id)
+    _echo_fields(_fields(state), as_json)
+
+
+@main.command()
+@click.argument("job_id", metavar="ID", type=int)
+@_dsn_option
+@click.option(
+    "--timeout",
+    envvar="PGJOBQ_WAIT_TIMEOUT",
+    show_envvar=True,
+    type=SECONDS,
+    default="10",
+    show_default=True,
+    help="Seconds to wait for the job to finish.",
+)
+def wait(job_id: int, dsn: str, timeout: timedelta) -> None:
+    """Wait for a job to finish; print its result (JSON) if it has one.
+
+    Exits 0 when the job is done, 1 when it failed or was cancelled, 3 when it
+    is still unfinished at the timeout.
+    """  # fmt: skip
+    if timeout < timedelta(0):
+        raise click.BadParameter("must not be negative", param_hint="--timeout")
+    with _connection(dsn) as conn:
+        state = _client.wait(conn, job_id, timeout)
+        if state is None:
+            now = _client.job(conn, job_id)
+            raise _StillRunning(f"job {job_id} is still {now.status} after {timeout.total_seconds():g}s")
+    if state.status == "failed":
+        raise click.ClickException(
+            f"job {job_id} failed after {state.attempts} attempt(s): {state.last_error or '(no error text)'}"
+        )
+    if state.status == "cancelled":
+        raise click.ClickException(f"job {job_id} was cancelled")
+    if state.result is not None:
+        click.echo(json.dumps(state.result, ensure_ascii=False))
+
+
+@main.command("configure-queue")
+@click.argument("queue")
+@_dsn_option
+@_json_option
+@click.option(
+    "--max-attempts",
+    envvar="PGJOBQ_QUEUE_MAX_ATTEMPTS",
+    show_envvar=True,
+    type=int,
+    default=None,
+    help="Attempts before a job without its own max_attempts fails for good (default 3).",
+)
+@click.option(
+    "--backoff-base",
+    envvar="PGJOBQ_QUEUE_BACKOFF_BASE",
+    show_envvar=True,
+    type=SECONDS,
+    default=None,
+    help="Seconds: a retry after attempt a waits backoff_base * 2^a, at most backoff_max (default 1).",
+)
+@click.option(
+    "--backoff-max",
+    envvar="PGJOBQ_QUEUE_BACKOFF_MAX",
+    show_envvar=True,
+    type=SECONDS,
+    default=None,
+    help="Seconds: the longest wait before a retry (default 300).",
+)
+@click.option(
+    "--backoff-jitter",
+    envvar="PGJOBQ_QUEUE_BACKOFF_JITTER",
+    show_envvar=True,
+    type=float,
+    default=None,
+    help="0 to 1: each retry's wait is shortened by up to this fraction, at random (default 0).",
+)
+@click.option(
+    "--lease-timeout",
+    envvar="PGJOBQ_QUEUE_LEASE_TIMEOUT",
+    show_envvar=True,
+    type=SECONDS,
+    default=None,
+    help="Seconds a claim's lease lasts when the worker names none (default 60).",
+)
+@click.option(
+    "--timeout",
+    envvar="PGJOBQ_QUEUE_TIMEOUT",
+    show_envvar=True,
+    type=SECONDS,
+    default=None,
+    help="Seconds a job may run once claimed: its lease is not extended past that (default: no limit).",
+)
+@click.option(
+    "--unset",
+    envvar="PGJOBQ_QUEUE_UNSET",
+    show_envvar=True,
+    type=click.Choice(_client.QUEUE_SETTINGS),
+    multiple=True,
+    help="Clear a setting back to its default (repeatable; the variable takes names separated by spaces).",
+)
+def configure_queue(
+    queue: str,
+    dsn: str,
+    as_json: bool,
+    max_attempts: int | None,
+    backoff_base: timedelta | None,
+    backoff_max: timedelta | None,
+    backoff_jitter: float | None,
+    lease_timeout: timedelta | None,
+    timeout: timedelta | None,
+    unset: tuple[str, ...],
+) -> None:
+    """Change QUEUE's settings (those not given stay as they are); print them all."""  # fmt: skip
+    with _connection(dsn) as conn:
+        settings = _client.configure_queue(
+            conn,
+            queue,
+            max_attempts=max_attempts,
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+            backoff_jitter=backoff_jitter,
+            lease_timeout=lease_timeout,
+            timeout=timeout,
+            unset=unset,
+        )
+    _echo_fields(_fields(settings), as_json)
+
+
+@main.command()
+@_dsn_option
+@_json_option
+def queues(dsn: str, as_json: bool) -> None:
+    """Every configured queue and every queue with jobs in flight, and its settings."""  # fmt: skip
+    with _connection(dsn) as conn:
+        rows = _client.queues(conn)
+    if as_json:
+        click.echo(json.dumps([_fields(row) for row in rows], indent=2, default=_json_value))
+        return
+    header = ("queue", "paused", "max attempts", "backoff base", "backoff max", "jitter", "lease", "timeout",
+              "configured")  # fmt: skip
+    _echo_table(
+        header,
+        [
+            (
+                r.queue,
+                _yes_no(r.paused),
+                str(r.max_attempts),
+                _duration(r.backoff_base),
+                _duration(r.backoff_max),
+                f"{r.backoff_jitter:g}",
+                _duration(r.lease_timeout),
+                _duration(r.timeout),
+                _yes_no(r.configured),
+            )
+            for r in rows
+        ],
+    )
+
+
+def _fields(row: _client.JobState | _client.QueueSettings) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in row.__slots__}
+
+
+def _echo_fields(fields: dict[str, Any], as_json: bool) -> None:
+    """One record: as a JSON object, or one "name: value" line per field."""
+    if as_json:
+        click.echo(json.dumps(fields, indent=2, default=_json_value, ensure_ascii=False))
+        return
+    for name, value in fields.items():
+        if value is None:
+            text = "-"
+        elif isinstance(value, bool):
+            text = _yes_no(value)
+        elif isinstance(value, timedelta):
+            text = _duration(value)
+        elif isinstance(value, datetime):
+            text = value.isoformat()
+        elif isinstance(value, (dict, list)) or name == "result":
+            text = json.dumps(value, ensure_ascii=False)
+        else:
+            text = str(value)
+        click.echo(f"{name.replace('_', ' ')}: {text}")
+
+
+def _duration(value: timedelta | None) -> str:
+    return "-" if value is None else f"{value.total_seconds():g}s"
+
+
+def _yes_no(value: bool) -> str:
+    return "yes" if value else "no"

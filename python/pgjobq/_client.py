@@ -8,13 +8,16 @@ back as pgjobq exceptions.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal, TypeVar, overload
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import class_row, tuple_row
 
 from pgjobq._errors import InvalidArgument, translate
@@ -22,25 +25,37 @@ from pgjobq._job import Job
 from pgjobq._queries import query
 
 __all__ = [
+    "Cancellation",
     "Health",
+    "JobState",
+    "QueueSettings",
     "QueueStats",
+    "cancel",
     "channel",
     "claim",
     "complete",
     "complete_and_claim",
     "complete_many",
+    "configure_queue",
     "enqueue",
     "enqueue_many",
     "fail",
     "health",
     "heartbeat",
     "heartbeat_many",
+    "job",
+    "pause",
     "purge",
+    "queues",
     "reap",
+    "register_waiter",
     "release",
+    "resume",
     "retry_failed",
+    "snooze",
     "stats",
     "wait",
+    "watch",
 ]
 
 Conn = psycopg.Connection[Any]
@@ -87,14 +102,20 @@ def dump_payload(payload: Mapping[str, Any], argument: str = "payload") -> str:
     """
     if not isinstance(payload, Mapping):
         raise InvalidArgument(f"{argument} must be a mapping (a JSON object), got {type(payload).__name__}")
+    return dump_json(payload, argument)
+
+
+def dump_json(value: object, argument: str) -> str:
+    """Any JSON value (an object, array, string, number, boolean or None) as JSON text; refused,
+    before any SQL, as dump_payload refuses, unless jsonb can store it unchanged."""
     try:
-        text = json.dumps(payload, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidArgument(f"{argument} is not serialisable as JSON: {exc}") from exc
     # json escapes U+0000 as \u0000 and leaves lone surrogates as they are, so
     # the text says cheaply whether any string needs a closer look.
     suspicious = "\\u0000" in text or not _encodable(text)
-    problem = _unstorable(payload, argument, strings=suspicious)
+    problem = _unstorable(value, argument, strings=suspicious)
     if problem is not None:
         raise InvalidArgument(problem)
     return text
@@ -214,6 +235,34 @@ def _timedelta(name: str, value: object) -> timedelta:
     return value
 
 
+def _number(name: str, value: object) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+T = TypeVar("T")
+
+
+def _optional(check: Callable[[str, object], T], name: str, value: object) -> T | None:
+    """check(name, value), or None when value is None (the database's default then applies)."""
+    return None if value is None else check(name, value)
+
+
+def _many(name: str, values: object) -> list[Any]:
+    """values as a list, refused unless it is a sequence or other iterable of several values (a str
+    or a mapping would otherwise be taken apart silently)."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise InvalidArgument(f"{name} must be a list (or other iterable), got {type(values).__name__}")
+    return list(values)
+
+
 DEFAULT_LEASE_TIMEOUT = timedelta(seconds=60)  # jobq.claim's own default
 
 
@@ -222,6 +271,58 @@ def _held(job_id: object, lease: object) -> dict[str, int]:
     return {"id": _bigint("id", job_id), "lease": _bigint("lease", lease)}
 
 
+OnConflict = Literal["return", "skip", "raise", "replace"]
+"""What an enqueue does when a job holding its unique key exists (see enqueue)."""
+
+
+def _enqueue_options(
+    *,
+    priority: int,
+    run_at: datetime | None,
+    max_attempts: int | None,
+    unique_scope: str,
+    on_conflict: str,
+    headers: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The options enqueue and enqueue_many share, checked."""
+    return {
+        "priority": _integer("priority", priority),
+        "run_at": _moment("run_at", run_at),
+        "max_attempts": _optional(_integer, "max_attempts", max_attempts),
+        "unique_scope": _text("unique_scope", unique_scope),
+        "on_conflict": _text("on_conflict", on_conflict),
+        "headers": None if headers is None else dump_payload(headers, "headers"),
+    }
+
+
+@overload
+def enqueue(
+    conn: Conn,
+    queue: str,
+    payload: Mapping[str, Any],
+    *,
+    priority: int = ...,
+    run_at: datetime | None = ...,
+    max_attempts: int | None = ...,
+    unique_key: str | None = ...,
+    unique_scope: str = ...,
+    on_conflict: Literal["return", "raise", "replace"] = ...,
+    headers: Mapping[str, Any] | None = ...,
+) -> int: ...
+@overload
+def enqueue(
+    conn: Conn,
+    queue: str,
+    payload: Mapping[str, Any],
+    *,
+    priority: int = ...,
+    run_at: datetime | None = ...,
+    max_attempts: int | None = ...,
+    unique_key: str | None = ...,
+    unique_scope: str = ...,
+    on_conflict: str = ...,
+    headers: Mapping[str, Any] | None = ...,
+) -> int | None: ...
 def enqueue(
     conn: Conn,
     queue: str,
@@ -229,24 +330,78 @@ def enqueue(
     *,
     priority: int = 0,
     run_at: datetime | None = None,
-    max_attempts: int = 3,
-) -> int:
+    max_attempts: int | None = None,
+    unique_key: str | None = None,
+    unique_scope: str = "active",
+    on_conflict: str = "return",
+    headers: Mapping[str, Any] | None = None,
+) -> int | None:
     """Enqueue one job in conn's current transaction; return its id.
 
     run_at None means now (the database's clock); otherwise it must be
-    timezone-aware.  Arguments of the wrong type and payloads jsonb cannot
-    store raise InvalidArgument before any SQL is sent.
+    timezone-aware.  max_attempts None: the queue's setting
+    (configure_queue), else 3.  headers: a JSON object handed to the worker
+    with the job.  A job has no timeout of its own: how long it may run once
+    claimed is its queue's timeout (configure_queue).
+
+    unique_key: while a job of the queue holding that key is queued or
+    running (or done too, with unique_scope "until_done"), nothing is
+    inserted and on_conflict decides: "return" the holder's id, "skip"
+    None, "raise" UniqueKeyInUse, "replace" the holder gets this job's
+    payload and options if it is still queued (its id is returned), or, if it
+    is running, keeps running without its key and retries and this job is
+    inserted.  A unique enqueue that could not settle raises psycopg's
+    SerializationFailure (SQLSTATE 40001): safe to retry.
+
+    Arguments of the wrong type and payloads or headers jsonb cannot store
+    raise InvalidArgument before any SQL is sent; the values' domains are
+    the database's to judge.
     """
     params = {
         "queue": _text("queue", queue),
         "payload": dump_payload(payload),
-        "priority": _integer("priority", priority),
-        "run_at": _moment("run_at", run_at),
-        "max_attempts": _integer("max_attempts", max_attempts),
+        "unique_key": _optional(_text, "unique_key", unique_key),
+        **_enqueue_options(
+            priority=priority,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            unique_scope=unique_scope,
+            on_conflict=on_conflict,
+            headers=headers,
+        ),
     }
-    return int(_fetch(conn, "enqueue", params)[0][0])
+    job_id = _fetch(conn, "enqueue", params)[0][0]
+    return None if job_id is None else int(job_id)
 
 
+@overload
+def enqueue_many(
+    conn: Conn,
+    queue: str,
+    payloads: Iterable[Mapping[str, Any]],
+    *,
+    priority: int = ...,
+    run_at: datetime | None = ...,
+    max_attempts: int | None = ...,
+    unique_keys: Sequence[str | None] | None = ...,
+    unique_scope: str = ...,
+    on_conflict: Literal["return", "raise", "replace"] = ...,
+    headers: Mapping[str, Any] | None = ...,
+) -> list[int]: ...
+@overload
+def enqueue_many(
+    conn: Conn,
+    queue: str,
+    payloads: Iterable[Mapping[str, Any]],
+    *,
+    priority: int = ...,
+    run_at: datetime | None = ...,
+    max_attempts: int | None = ...,
+    unique_keys: Sequence[str | None] | None = ...,
+    unique_scope: str = ...,
+    on_conflict: str = ...,
+    headers: Mapping[str, Any] | None = ...,
+) -> list[int | None]: ...
 def enqueue_many(
     conn: Conn,
     queue: str,
@@ -254,37 +409,57 @@ def enqueue_many(
     *,
     priority: int = 0,
     run_at: datetime | None = None,
-    max_attempts: int = 3,
-) -> list[int]:
+    max_attempts: int | None = None,
+    unique_keys: Sequence[str | None] | None = None,
+    unique_scope: str = "active",
+    on_conflict: str = "return",
+    headers: Mapping[str, Any] | None = None,
+) -> list[int | None] | list[int]:
     """Enqueue many jobs in one statement; return their ids in the order of payloads.
 
     All or nothing: a bad element (named payloads[i], counting from 1, as the
     database does) raises before anything is inserted.  The payloads travel
-    as one JSON array, which jsonb limits to 256 MB per call.
+    as one JSON array, which jsonb limits to 256 MB per call.  unique_keys,
+    when given, is aligned with payloads (None: that job has no key); the
+    options are enqueue's and apply to every job, and the result holds None
+    where on_conflict "skip" skipped a job.  Within one call, the first of
+    equal keys wins and the later ones meet it as they would an older job.
     """
     params = {
         "queue": _text("queue", queue),
         "payloads": dump_payloads(payloads),
-        "priority": _integer("priority", priority),
-        "run_at": _moment("run_at", run_at),
-        "max_attempts": _integer("max_attempts", max_attempts),
+        "unique_keys": None
+        if unique_keys is None
+        else [_optional(_text, "unique_keys[]", key) for key in _many("unique_keys", unique_keys)],
+        **_enqueue_options(
+            priority=priority,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            unique_scope=unique_scope,
+            on_conflict=on_conflict,
+            headers=headers,
+        ),
     }
-    return [int(i) for i in _fetch(conn, "enqueue_many", params)[0][0]]
+    return [None if i is None else int(i) for i in _fetch(conn, "enqueue_many", params)[0][0]]
 
 
 def claim(
-    conn: Conn, queue: str, n: int, worker: str, *, lease_timeout: timedelta = DEFAULT_LEASE_TIMEOUT
+    conn: Conn, queue: str, n: int, worker: str, *, lease_timeout: timedelta | None = None
 ) -> list[Job]:
     """Claim up to n runnable jobs of queue for worker, each under a lease that expires after lease_timeout.
 
-    Heartbeats extend a lease by its own lease_timeout; jobq.reap recovers
-    the job once it has expired.
+    lease_timeout None: the queue's setting (configure_queue), else 60 s.
+    Heartbeats extend a lease by its own lease_timeout, never past the job's
+    deadline (the claim's time plus the queue's timeout, when it has one: the
+    database keeps it, and the claimed Job does not carry it); jobq.reap
+    recovers the job once its lease has expired.  A paused queue gives
+    nothing.
     """
     params = {
         "queue": _text("queue", queue),
         "n": _integer("n", n),
         "worker": _text("worker", worker),
-        "lease_timeout": _timedelta("lease_timeout", lease_timeout),
+        "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
     }
     return claim_unchecked(conn, params)
 
@@ -295,29 +470,46 @@ def claim(
 
 
 def claim_unchecked(conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None) -> list[Job]:
-    """claim, its parameters (queue, n, worker, lease_timeout) taken as they are."""
-    return [Job(*row) for row in _fetch(conn, "claim", params, prepare=prepare)]
+    """claim, its parameters (queue, n, worker, lease_timeout) taken as they are.
+
+    headers, the last column, is left out when NULL: the Job's default {} then.
+    """
+    rows = _fetch(conn, "claim", params, prepare=prepare)
+    return [Job(*row) if row[-1] is not None else Job(*row[:-1]) for row in rows]
 
 
 def complete_and_claim_unchecked(
     conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None
 ) -> tuple[set[int], list[Job]]:
-    """complete_and_claim, its parameters (ids, leases and claim's) taken as they are."""
+    """complete_and_claim, its parameters (ids, leases, results and claim's) taken as they are.
+
+    results (a list of JSON texts and None aligned with ids, or None for no
+    result at all) may be left out of params.
+    """
+    if "results" not in params:
+        params = {**params, "results": None}
     acknowledged: set[int] = set()
     claimed: list[Job] = []
     for status, *job in _fetch(conn, "complete_and_claim", params, prepare=prepare):
         if status == "done":
             acknowledged.add(job[0])
         else:
-            claimed.append(Job(*job))
+            claimed.append(Job(*job) if job[-1] is not None else Job(*job[:-1]))
     return acknowledged, claimed
 
 
 def complete_many_unchecked(
-    conn: Conn, ids: list[int], leases: list[int], *, prepare: bool | None = None
+    conn: Conn,
+    ids: list[int],
+    leases: list[int],
+    *,
+    results: list[str | None] | None = None,
+    prepare: bool | None = None,
 ) -> set[int]:
-    """complete_many for ids and leases (lists of one length) taken as they are."""
-    return {r[0] for r in _fetch(conn, "complete_many", {"ids": ids, "leases": leases}, prepare=prepare)}
+    """complete_many for ids, leases and results (JSON texts or None; lists of one length, or results
+    None for none at all) taken as they are."""
+    params = {"ids": ids, "leases": leases, "results": results}
+    return {r[0] for r in _fetch(conn, "complete_many", params, prepare=prepare)}
 
 
 def heartbeat_many_unchecked(
@@ -325,6 +517,17 @@ def heartbeat_many_unchecked(
 ) -> set[int]:
     """heartbeat_many for ids and leases (lists of one length) taken as they are."""
     return {r[0] for r in _fetch(conn, "heartbeat_many", {"ids": ids, "leases": leases}, prepare=prepare)}
+
+
+def heartbeat_status_unchecked(
+    conn: Conn, ids: list[int], leases: list[int], *, prepare: bool | None = None
+) -> list[tuple[int, bool, bool]]:
+    """jobq.heartbeat_status for ids and leases (lists of one length) taken as they are: (id,
+    cancel_requested, overdue) of each pair still held.  overdue: the job's deadline has passed (its
+    lease was left unextended, expiring no later than the statement's own clock, compared in the
+    database, never with this client's clock)."""
+    rows = _fetch(conn, "heartbeat_status", {"ids": ids, "leases": leases}, prepare=prepare)
+    return [(r[0], bool(r[1]), bool(r[2])) for r in rows]
 
 
 def wait_unchecked(
@@ -336,18 +539,40 @@ def wait_unchecked(
     return bool(registered), next_run_at, next_run_in
 
 
-def complete(conn: Conn, job_id: int, lease: int) -> None:
-    """Mark a running job done; LeaseLost if the lease is no longer current."""
-    _fetch(conn, "complete", _held(job_id, lease))
+def complete(conn: Conn, job_id: int, lease: int, *, result: Any = None) -> None:
+    """Mark a running job done; LeaseLost if the lease is no longer current.
+
+    result, any JSON value (None: no result, so JSON null cannot be one), is
+    stored with the job for job(), wait() and watch() to return.
+    """
+    params = {**_held(job_id, lease), "result": None if result is None else dump_json(result, "result")}
+    _fetch(conn, "complete", params)
 
 
-def complete_many(conn: Conn, acks: Sequence[tuple[int, int]]) -> set[int]:
+def complete_many(
+    conn: Conn, acks: Sequence[tuple[int, int]], *, results: Sequence[Any] | None = None
+) -> set[int]:
     """Acknowledge many (id, lease) pairs in one statement; return the ids accepted.
 
     Pairs missing from the result had a stale lease (or an unknown id).
+    results, when given, is aligned with acks: each job's result as
+    complete takes it (None: none); the database refuses lists of different
+    lengths.
     """
     pairs = [_held(job_id, lease) for job_id, lease in acks]
-    return complete_many_unchecked(conn, [p["id"] for p in pairs], [p["lease"] for p in pairs])
+    return complete_many_unchecked(
+        conn, [p["id"] for p in pairs], [p["lease"] for p in pairs], results=_dump_results(results)
+    )
+
+
+def _dump_results(results: Sequence[Any] | None) -> list[str | None] | None:
+    """Each result as JSON text (None: no result), refused as complete's result would be."""
+    if results is None:
+        return None
+    return [
+        None if r is None else dump_json(r, f"results[{i}]")
+        for i, r in enumerate(_many("results", results), 1)
+    ]
 
 
 def complete_and_claim(
@@ -357,13 +582,15 @@ def complete_and_claim(
     n: int,
     worker: str,
     *,
-    lease_timeout: timedelta = DEFAULT_LEASE_TIMEOUT,
+    lease_timeout: timedelta | None = None,
+    results: Sequence[Any] | None = None,
 ) -> tuple[set[int], list[Job]]:
     """Acknowledge (id, lease) pairs and claim up to n more jobs of queue, in one statement.
 
     Returns the ids acknowledged (pairs left out had a stale lease) and the
-    jobs claimed, under leases of lease_timeout as with claim.  If the
-    claim's arguments are refused, nothing is acknowledged either.
+    jobs claimed, under leases of lease_timeout as with claim.  results, when
+    given, is aligned with acks, as with complete_many.  If the claim's
+    arguments are refused, nothing is acknowledged either.
     """
     pairs = [_held(job_id, lease) for job_id, lease in acks]
     params = {
@@ -372,20 +599,46 @@ def complete_and_claim(
         "queue": _text("queue", queue),
         "n": _integer("n", n),
         "worker": _text("worker", worker),
-        "lease_timeout": _timedelta("lease_timeout", lease_timeout),
+        "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
+        "results": _dump_results(results),
     }
     return complete_and_claim_unchecked(conn, params)
 
 
-def fail(conn: Conn, job_id: int, error: str, lease: int) -> tuple[str, datetime]:
-    """Record a failure; return the job's new status (queued or failed) and run_at."""
-    params = {**_held(job_id, lease), "error": _text("error", error)}
+def fail(
+    conn: Conn, job_id: int, error: str, lease: int, *, retry_in: timedelta | None = None
+) -> tuple[str, datetime]:
+    """Record a failure; return the job's new status and run_at.
+
+    The status is queued (retried after the backoff, or after retry_in when
+    given, this once), failed (out of attempts) or cancelled (cancel() had
+    asked the job to stop: never retried).
+    """
+    params = {
+        **_held(job_id, lease),
+        "error": _text("error", error),
+        "retry_in": _optional(_timedelta, "retry_in", retry_in),
+    }
     status, run_at = _fetch(conn, "fail", params)[0]
     return str(status), run_at
 
 
+def snooze(conn: Conn, job_id: int, lease: int, delay: timedelta) -> datetime | None:
+    """Put a running job back in its queue to run after delay, the attempt not counted; return the
+    new run_at.
+
+    None when cancel() had asked the job to stop: it is then cancelled
+    instead (never run again), as a failure would leave it.  Fenced like
+    complete (LeaseLost, JobNotFound).
+    """
+    params = {**_held(job_id, lease), "delay": _timedelta("delay", delay)}
+    run_at: datetime | None = _fetch(conn, "snooze", params)[0][0]
+    return run_at
+
+
 def heartbeat(conn: Conn, job_id: int, lease: int) -> None:
-    """Extend a running job's lease; LeaseLost if it is no longer current."""
+    """Extend a running job's lease (never past its deadline); LeaseLost if it is no longer current,
+    JobTimedOut once its deadline (the queue's timeout) has passed."""
     _fetch(conn, "heartbeat", _held(job_id, lease))
 
 
@@ -421,7 +674,7 @@ def retry_failed(conn: Conn, queue: str | None = None, ids: Sequence[int] | None
     return [int(r[0]) for r in _fetch(conn, "retry_failed", params)]
 
 
-def wait(conn: Conn, queue: str, worker: str, up_to: timedelta) -> tuple[bool, datetime | None]:
+def register_waiter(conn: Conn, queue: str, worker: str, up_to: timedelta) -> tuple[bool, datetime | None]:
     """Register worker as waiting on queue for up_to, so that enqueues committed meanwhile notify its channel.
 
     Returns (registered, next_run_at).  registered False: a producer of
@@ -431,7 +684,8 @@ def wait(conn: Conn, queue: str, worker: str, up_to: timedelta) -> tuple[bool, d
     not notified).  next_run_at is the earliest run_at still in the future
     among the queue's queued jobs (None when none): sleep until then at
     most.  Run it in a transaction of its own (an autocommit connection):
-    the registration counts from its commit.
+    the registration counts from its commit.  (jobq.wait(queue, worker,
+    up_to); pgjobq.wait waits for a job's result.)
     """
     params = {
         "queue": _text("queue", queue),
@@ -458,6 +712,7 @@ class QueueStats:
     done: int
     failed: int
     oldest_queued_age: timedelta | None
+    cancelled: int
 
 
 def stats(conn: Conn) -> list[QueueStats]:
@@ -504,3 +759,260 @@ def health(conn: Conn) -> Health:
         row = cur.execute(query("health")).fetchone()
     assert row is not None  # the view always has exactly one row
     return row
+
+
+# -- job control ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """What cancel() did to one job: its status after the call.
+
+    cancelled (it was queued, or running and forced, or cancelled already),
+    cancel_requested (it is running: its worker is asked to stop), done or
+    failed (it had finished: unchanged).
+    """
+
+    id: int
+    status: str
+
+
+def cancel(conn: Conn, ids: Iterable[int], *, force: bool = False) -> list[Cancellation]:
+    """Cancel jobs; return one Cancellation per known id, in id order (unknown ids are left out).
+
+    force: a running job is cancelled at once and its worker's lease is
+    refused from then on (LeaseLost); otherwise its worker is asked to stop
+    and the job ends cancelled unless the worker completes it.
+    """
+    params = {
+        "ids": [_bigint("ids[]", i) for i in _many("ids", ids)],
+        "force": _flag("force", force),
+    }
+    return [Cancellation(int(r[0]), str(r[1])) for r in _fetch(conn, "cancel", params)]
+
+
+def pause(conn: Conn, queue: str) -> None:
+    """Stop claims from queue, from the commit on (until resume; it survives restarts)."""
+    _fetch(conn, "pause", {"queue": _text("queue", queue)})
+
+
+def resume(conn: Conn, queue: str) -> None:
+    """Let claims from queue run again, and wake its workers."""
+    _fetch(conn, "resume", {"queue": _text("queue", queue)})
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    """One row of the view jobq.queues: a queue's effective settings.
+
+    configured: the queue has settings of its own (configure_queue or pause);
+    otherwise every value is the default.  timeout: how long a job may run
+    once claimed (its deadline: heartbeats do not extend its lease past it);
+    None: no limit.
+    """
+
+    queue: str
+    paused: bool
+    max_attempts: int
+    backoff_base: timedelta
+    backoff_max: timedelta
+    backoff_jitter: float
+    lease_timeout: timedelta
+    timeout: timedelta | None
+    configured: bool
+
+
+QUEUE_SETTINGS = ("max_attempts", "backoff_base", "backoff_max", "backoff_jitter", "lease_timeout", "timeout")
+"""The settings configure_queue sets and its unset names."""
+
+
+def configure_queue(
+    conn: Conn,
+    queue: str,
+    *,
+    max_attempts: int | None = None,
+    backoff_base: timedelta | None = None,
+    backoff_max: timedelta | None = None,
+    backoff_jitter: float | None = None,
+    lease_timeout: timedelta | None = None,
+    timeout: timedelta | None = None,
+    unset: Iterable[str] = (),
+) -> QueueSettings:
+    """Change queue's settings; return them as they are now, every one effective.
+
+    None leaves a setting as it is; unset names settings to clear back to
+    their defaults (max_attempts 3, backoff_base 1 s, backoff_max 300 s,
+    backoff_jitter 0, lease_timeout 60 s, no timeout).  A retry waits
+    least(backoff_max, backoff_base * 2^attempts) * (1 - backoff_jitter * random()).
+    """
+    params = {
+        "queue": _text("queue", queue),
+        "max_attempts": _optional(_integer, "max_attempts", max_attempts),
+        "backoff_base": _optional(_timedelta, "backoff_base", backoff_base),
+        "backoff_max": _optional(_timedelta, "backoff_max", backoff_max),
+        "backoff_jitter": _optional(_number, "backoff_jitter", backoff_jitter),
+        "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
+        "timeout": _optional(_timedelta, "timeout", timeout),
+        "unset": [_text("unset[]", name) for name in _many("unset", unset)],
+    }
+    with translated(), conn.cursor(row_factory=class_row(QueueSettings)) as cur:
+        row = cur.execute(query("configure_queue"), params).fetchone()
+    assert row is not None  # the function returns one row
+    return row
+
+
+def queues(conn: Conn) -> list[QueueSettings]:
+    """Every configured queue and every queue with queued or running jobs, with its effective settings."""
+    with translated(), conn.cursor(row_factory=class_row(QueueSettings)) as cur:
+        return cur.execute(query("queues")).fetchall()
+
+
+# -- looking up and waiting -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """One job as jobq.job reports it (the type jobq.job_state).
+
+    result is the value the job was completed with (None: none); finished_at
+    is set once the job is done, failed or cancelled; cancel_requested once
+    cancel() asked its worker to stop.
+    """
+
+    id: int
+    queue: str
+    status: str
+    attempts: int
+    max_attempts: int  # the queue's (else 3) for a job enqueued without one
+    result: Any
+    last_error: str | None
+    run_at: datetime
+    created_at: datetime
+    finished_at: datetime | None
+    cancel_requested: bool
+
+    @property
+    def finished(self) -> bool:
+        """Whether the job is done, failed or cancelled: it will not run again unless redriven."""
+        return self.status in FINISHED
+
+
+FINISHED = frozenset({"done", "failed", "cancelled"})
+"""The statuses a job ends in."""
+
+
+def _job_state(conn: Conn, name: str, params: Mapping[str, Any]) -> JobState:
+    with translated(), conn.cursor(row_factory=class_row(JobState)) as cur:
+        row = cur.execute(query(name), params).fetchone()
+    assert row is not None  # the function returns one row or raises JQ002
+    return row
+
+
+def job(conn: Conn, job_id: int) -> JobState:
+    """The job's current state (never its payload or headers); JobNotFound when there is none.
+
+    For the worker and admin levels, and producers granted with
+    ``jobq.grant_producer(role, see_jobs => true)``, which see every job's
+    state and result; other roles get PermissionDenied.  Likewise for
+    watch() and wait().
+    """
+    return _job_state(conn, "job", {"id": _bigint("id", job_id)})
+
+
+def watch(conn: Conn, job_id: int) -> JobState:
+    """The job's current state, and one notification on channel "jobq.done" (payload: the id) when it
+    ends done, failed or cancelled.  LISTEN "jobq.done" first, and commit the watch: its notification is
+    sent from the commit that finishes the job.  wait() does all of this."""
+    return _job_state(conn, "watch", {"id": _bigint("id", job_id)})
+
+
+DONE_CHANNEL = "jobq.done"
+POLL_FIRST = 0.05  # seconds: wait() re-reads the job after this long without a notification,
+POLL_MAX = 1.0  # then after twice as long each time, up to this
+
+
+def wait(conn: Conn, job_id: int, timeout: timedelta) -> JobState | None:
+    """Wait until the job is done, failed or cancelled and return its state; None after timeout.
+
+    It listens on "jobq.done", then watches the job (so no notification
+    can be missed between the two), and waits for the job's notification;
+    underneath, it re-reads the job every 50 ms, backing off to every 1 s,
+    since a notification is only a hint.  It stops listening to "jobq.done"
+    at the end (even if conn listened to it before).
+    Unlike jobq.wait, nothing runs in the database while it waits: no
+    snapshot is held, and timeout may be longer than a minute.
+
+    conn must not be inside a transaction (InvalidArgument otherwise, before
+    any SQL): notifications arrive only between transactions, and watching
+    the job locks its row until the transaction ends, so the job could not
+    finish while it waited.  An autocommit connection is used as it is;
+    one that is not runs each statement in a transaction of its own.  Any
+    notification of another channel conn listens on that arrives meanwhile
+    is consumed: give wait a connection that listens to nothing else.
+    JobNotFound when there is no such job; PermissionDenied for a role not
+    given job() (see job()).
+    """
+    params = {"id": _bigint("id", job_id)}
+    seconds = _timedelta("timeout", timeout).total_seconds()
+    if seconds < 0:
+        raise InvalidArgument(f"timeout must not be negative, got {timeout}")
+    status = conn.info.transaction_status
+    if status in _IN_TRANSACTION:
+        raise InvalidArgument(
+            f"wait needs a connection outside a transaction, got one {status.name.lower()} "
+            "(notifications arrive only between transactions, and the job could not finish "
+            "while this one held its row): commit first, or use an autocommit connection"
+        )
+    deadline = time.monotonic() + seconds
+    _execute(conn, "listen_done")
+    try:
+        state = _await_finish(conn, params, deadline)
+    except BaseException:
+        if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                _execute(conn, "unlisten_done")
+        raise
+    _execute(conn, "unlisten_done")
+    return state
+
+
+# (UNKNOWN, a closed or broken connection, is left to fail as psycopg makes it.)
+_IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR, TransactionStatus.ACTIVE)
+
+
+def _await_finish(conn: Conn, params: Mapping[str, Any], deadline: float) -> JobState | None:
+    state = _own_transaction(conn, "watch", params)
+    poll = POLL_FIRST
+    while not state.finished:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        woken = _notified(conn, str(params["id"]), min(poll, remaining))
+        # notified and still not finished (redriven meanwhile): watch again
+        state = _own_transaction(conn, "watch" if woken else "job", params)
+        poll = min(2 * poll, POLL_MAX)
+    return state
+
+
+def _notified(conn: Conn, payload: str, seconds: float) -> bool:
+    """Whether the job's notification (payload: its id) arrived within seconds."""
+    notifications = conn.notifies(timeout=seconds)
+    try:
+        return any(n.channel == DONE_CHANNEL and n.payload == payload for n in notifications)
+    finally:
+        notifications.close()
+
+
+def _own_transaction(conn: Conn, name: str, params: Mapping[str, Any]) -> JobState:
+    if conn.autocommit:
+        return _job_state(conn, name, params)
+    with conn.transaction():
+        return _job_state(conn, name, params)
+
+
+def _execute(conn: Conn, name: str) -> None:
+    """Run a statement that returns nothing, in a transaction of its own (conn is outside one)."""
+    with translated(), contextlib.ExitStack() as stack:
+        if not conn.autocommit:
+            stack.enter_context(conn.transaction())
+        conn.execute(query(name))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
+
 import psycopg
 
 __all__ = [
@@ -10,9 +13,11 @@ __all__ = [
     "IncompatibleExtension",
     "InvalidArgument",
     "JobNotFound",
+    "JobTimedOut",
     "LeaseLost",
     "PayloadTooLarge",
     "PermissionDenied",
+    "UniqueKeyInUse",
     "first_line",
     "translate",
 ]
@@ -50,6 +55,22 @@ class JobNotFound(Error, LookupError):
     """No job has that id (JQ002)."""
 
 
+class JobTimedOut(Error):
+    """The job ran past its deadline, its queue's timeout (JQ003): its heartbeat is refused, and
+    the reaper takes the job back once its lease runs out."""
+
+
+class UniqueKeyInUse(Error):
+    """An enqueue with ``on_conflict="raise"`` met a job holding its unique key (JQ004).
+
+    ``job_id`` is the holder's id and ``status`` its status, as the database
+    names them in the message and its DETAIL (None if they could not be read).
+    """
+
+    job_id: int | None = None
+    status: str | None = None
+
+
 class PermissionDenied(Error):
     """The role lacks a privilege on the jobq schema, its table or a function (42501)."""
 
@@ -62,6 +83,9 @@ class IncompatibleExtension(Error):
     """The database has no pgjobq extension, or a version of it this package does not support."""
 
 
+# 40001 (serialization_failure: a unique enqueue that could not settle, safe to
+# retry) is left to psycopg as psycopg.errors.SerializationFailure, the error
+# every retry loop around PostgreSQL already catches.
 _BY_SQLSTATE: dict[str, type[Error]] = {
     "22004": InvalidArgument,  # null_value_not_allowed
     "22023": InvalidArgument,  # invalid_parameter_value
@@ -71,6 +95,8 @@ _BY_SQLSTATE: dict[str, type[Error]] = {
     "54000": PayloadTooLarge,  # program_limit_exceeded
     "JQ001": LeaseLost,
     "JQ002": JobNotFound,
+    "JQ003": JobTimedOut,
+    "JQ004": UniqueKeyInUse,
     "42501": PermissionDenied,  # insufficient_privilege
 }
 
@@ -85,11 +111,75 @@ def translate(exc: psycopg.Error) -> Error | None:
     if diag.message_detail:
         message = f"{message} ({diag.message_detail})"
     error = _BY_SQLSTATE[sqlstate](message, sqlstate=sqlstate)
+    if isinstance(error, UniqueKeyInUse):
+        holder = _HOLDER.search(diag.message_primary or "")
+        error.job_id = None if holder is None else int(holder.group(1))
+        status = _STATUS.search(diag.message_detail or "")
+        error.status = None if status is None else status.group(1)
     error.__cause__ = exc
     return error
+
+
+# JQ004: "unique key 'K' of queue 'Q' is held by job N", DETAIL "Job N is <status>."
+_HOLDER = re.compile(r"is held by job (\d+)\s*$")
+_STATUS = re.compile(r"\bis (\w+)\.?\s*$")
 
 
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type name when the message is empty), for logs."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+# -- raised by handlers, to the Worker -------------------------------------------
+
+__all__ += ["Retry", "Snooze"]
+
+# The database's bound on a snooze's delay and on retry_in: interval '10 years' (3,600 days to it).
+_LONGEST_DELAY = timedelta(days=3600)
+
+
+def _delay(name: str, value: object) -> timedelta:
+    """value (seconds, or a timedelta) as a timedelta; InvalidArgument unless 0 <= value <= 10 years."""
+    if isinstance(value, timedelta):
+        delay = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+        if not 0 <= seconds <= _LONGEST_DELAY.total_seconds():  # NaN fails both comparisons
+            raise InvalidArgument(f"{name} must be between 0 seconds and 10 years, got {value!r}")
+        delay = timedelta(seconds=seconds)
+    else:
+        kind = type(value).__name__
+        raise InvalidArgument(f"{name} must be a number of seconds or a timedelta, got {kind}")
+    if not timedelta(0) <= delay <= _LONGEST_DELAY:
+        raise InvalidArgument(f"{name} must be between 0 seconds and 10 years, got {value!r}")
+    return delay
+
+
+class Snooze(Error):
+    """Raise it in a handler to put the job back in its queue for ``delay``, the attempt not counted.
+
+    ``delay`` is seconds (int or float) or a timedelta, from 0 to 10 years;
+    anything else raises InvalidArgument here, in the handler, and so fails
+    the job.  The Worker calls ``jobq.snooze``: the job is queued again with
+    run_at = now + delay and its attempt given back.  A job whose cancel was
+    requested becomes cancelled instead.
+    """
+
+    def __init__(self, delay: float | timedelta) -> None:
+        self.delay = _delay("delay", delay)
+        super().__init__(f"snoozed for {self.delay.total_seconds():g} s")
+
+
+class Retry(Error):
+    """Raise it in a handler to fail this attempt and retry after ``after``, not the queue's backoff.
+
+    ``after`` is seconds or a timedelta, from 0 to 10 years.  The attempt
+    counts: when it was the last one the job fails for good, as any failure.
+    The error recorded is ``message`` (default "retry in N s"); raised ``from``
+    another exception, that one is recorded, as if it had been raised.
+    """
+
+    def __init__(self, after: float | timedelta, message: str | None = None) -> None:
+        self.after = _delay("after", after)
+        super().__init__(message if message is not None else f"retry in {self.after.total_seconds():g} s")

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Job"]
+
+# Guards the lazy creation of a job's cancel event: the handler's thread and
+# the worker's may both be first to ask for it.
+_CANCEL_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +20,32 @@ class Job:
     ``lease`` is the fencing token of this claim: the worker presents it to
     complete, fail or heartbeat the job, and the database refuses it once the
     job has been reaped and claimed again.
+
+    ``headers`` is the JSON object given to ``jobq.enqueue(headers => ...)``
+    (``{}`` when none was).
+
+    A job has no deadline of its own to read: when its queue has a timeout
+    (``jobq.configure_queue(timeout => ...)``), the database alone keeps the
+    deadline (claim time plus that timeout), extends the lease no further,
+    and ``jobq.reap`` recovers the job (it counts as a failed attempt) once
+    the lease runs out.  The worker learns at a heartbeat that the deadline
+    has passed, stops heartbeating the job and says so once in a warning.
+
+    ``cancel_requested`` is a :class:`threading.Event`, set by the worker when
+    it learns that the job should stop: ``jobq.cancel`` asked for it (the
+    worker hears it within a tenth of a second by notification, or at its
+    next heartbeat), or the job's lease is gone (force-cancelled, or reaped),
+    so that its result would be discarded anyway.  It is never cleared, and
+    the deadline passing does not set it.  A long handler polls
+    ``job.cancel_requested.is_set()`` between steps, or waits on it
+    (``if job.cancel_requested.wait(5): ...``).  To leave the
+    job ``cancelled``, raise (any exception: the failure is recorded, never
+    retried; ``Snooze`` too); to mark it done (the work happened after all),
+    return.
+
+    ``_lease_seconds`` is the worker's bookkeeping, not part of the
+    interface: the length of the lease as claimed, in seconds (by the
+    database's clock; a queue's timeout may have cut it short).
     """
 
     id: int
@@ -24,3 +55,26 @@ class Job:
     attempts: int
     max_attempts: int
     lease: int
+    _lease_seconds: float | None = field(default=None, repr=False, compare=False)
+    # last, so that a claimed row without headers (most) leaves it out and gets the default
+    headers: dict[str, Any] = field(default_factory=dict)
+    # Made on first use: most jobs are never asked for it, and an Event costs
+    # as much to make as the rest of the job.
+    _cancel: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def cancel_requested(self) -> threading.Event:
+        """Set once the job should stop (see the class docstring); never cleared."""
+        event = self._cancel
+        if event is None:
+            with _CANCEL_LOCK:
+                event = self._cancel
+                if event is None:
+                    event = threading.Event()
+                    object.__setattr__(self, "_cancel", event)  # frozen: the one field made late
+        return event
+
+    def _cancel_is_set(self) -> bool:
+        """Whether cancel_requested is set, without making the event (the worker's check)."""
+        event = self._cancel
+        return event is not None and event.is_set()

@@ -15,10 +15,30 @@ run on a pool of that many threads.  The loop:
   (``jobq.complete_and_claim``: one round trip and one commit for both), or,
   while handlers are busy, in one ``jobq.complete_many`` once the batch in
   hand is over or the oldest result has waited ``ack_interval``;
-- claims each job under a lease of ``lease_timeout``, which the database
+- claims each job under a lease of ``lease_timeout`` (by default the
+  queue's, set by ``jobq.configure_queue``, else 60 s), which the database
   stores on the job; heartbeats the jobs in hand every
-  ``heartbeat_interval``, which extends each lease by its own length, so
-  the reaper leaves long jobs alone;
+  ``heartbeat_interval`` (by default a quarter of the shortest lease in
+  hand, as the claims returned them), which extends each lease by its own
+  length, so the reaper leaves long jobs alone.  When the queue has a
+  timeout (``jobq.configure_queue(timeout => ...)``), the database keeps
+  each claimed job's deadline to itself and never extends its lease past
+  it; the worker learns from a heartbeat (``jobq.heartbeat_status``) that
+  the deadline has passed, says so once, and heartbeats that job no more:
+  the reaper recovers it once the lease runs out;
+- stores a handler's return value as its job's result (a value JSON
+  cannot encode fails the job instead, as an exception would); a handler
+  raising ``Snooze(delay)`` puts its job back for that long, the attempt
+  not counted (``jobq.snooze``), and one raising ``Retry(after)`` fails the
+  attempt and has it retried after that long (``jobq.fail(retry_in =>
+  ...)``);
+- sets ``job.cancel_requested`` when ``jobq.cancel`` asks the job to stop:
+  it hears the request at once on its listening connection (the
+  notification ``cancel:<id>,...`` on the queue's channel, looked for every
+  ``CANCEL_CHECK`` seconds while handlers run), and in any case at the next
+  heartbeat (``jobq.heartbeat_status``), so also when LISTEN is off or
+  does not work.  A job asked to stop before its handler started is
+  handed back unstarted, and the database cancels it;
 - runs ``jobq.reap`` every ``reap_interval``, which recovers the jobs whose
   lease expired, whoever held them (the worker level may reap; a role that
   may not is told so once and leaves reaping to others);
@@ -65,10 +85,10 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any, TypeGuard
 
@@ -77,7 +97,16 @@ from psycopg import sql
 from psycopg.types.json import set_json_loads
 
 from pgjobq import _client
-from pgjobq._errors import ConfigurationError, JobNotFound, LeaseLost, PermissionDenied, first_line
+from pgjobq._errors import (
+    ConfigurationError,
+    InvalidArgument,
+    JobNotFound,
+    LeaseLost,
+    PermissionDenied,
+    Retry,
+    Snooze,
+    first_line,
+)
 from pgjobq._extension import check_extension
 from pgjobq._job import Job
 from pgjobq._queries import query
@@ -101,6 +130,13 @@ REGISTER_RETRY = 0.015
 # Wake this long after the next job's run_at, so that its claim, whose clock
 # is the database's, finds it runnable.
 RUN_AT_MARGIN = 0.002
+
+# jobq.cancel notifies the queue's channel with this prefix and the ids of the
+# running jobs it asked to stop; every other notification there is a wake-up.
+CANCEL_PREFIX = "cancel:"
+# While handlers run, look this often (seconds) for cancel notifications on
+# the listening connection, without waiting on it.
+CANCEL_CHECK = 0.1
 
 
 try:  # optional: parses the worker's payloads in a tenth of json's time
@@ -136,6 +172,8 @@ def default_worker_name() -> str:
 
 
 _DAY = 86400  # upper bound of every interval setting
+# The lease claim gives when neither the worker nor the queue names one.
+DEFAULT_LEASE_SECONDS = _client.DEFAULT_LEASE_TIMEOUT.total_seconds()
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -154,8 +192,15 @@ class WorkerSettings:
     the database stores each lease's expiry on its job, every heartbeat
     extends it by that length, and ``jobq.reap`` (run by any worker)
     recovers a job only once its own lease has expired, so workers with
-    different lease lengths share a queue safely.  ``heartbeat_interval``
-    defaults to a quarter of it.
+    different lease lengths share a queue safely.  None (the default) claims
+    under the queue's lease_timeout (``jobq.configure_queue``), else 60 s.
+    ``heartbeat_interval`` defaults to a quarter of the shortest lease in
+    hand, as the claims returned them (also a lease the queue's timeout cut
+    short: the worker cannot tell it apart, and heartbeats the job until
+    the database says its deadline has passed).  An explicit heartbeat_interval
+    must be shorter than an explicit lease_timeout; when it is not shorter
+    than a lease the queue gave, the worker says so once and heartbeats
+    such jobs at a quarter of their lease.
 
     ``prepared_statements=False`` stops psycopg from preparing the statements
     it runs often (``prepare_threshold=None``).  Turn it off behind PgBouncer
@@ -171,7 +216,7 @@ class WorkerSettings:
     batch: int = 10
     concurrency: int = 1
     poll_interval: float = 1.0
-    lease_timeout: float = _client.DEFAULT_LEASE_TIMEOUT.total_seconds()  # the extension's default
+    lease_timeout: float | None = None  # the queue's (jobq.configure_queue), else the extension's 60 s
     heartbeat_interval: float | None = None
     reap_interval: float = 10.0
     listen: bool = True
@@ -203,21 +248,28 @@ class WorkerSettings:
         require(isinstance(self.queue, str), f"queue must be a string, got {self.queue!r}")
         count("batch", 1000)
         count("concurrency", 1000)
-        for name in ("poll_interval", "lease_timeout", "reap_interval", "reconnect_delay_max"):
+        for name in ("poll_interval", "reap_interval", "reconnect_delay_max"):
             seconds(name, getattr(self, name))
-        seconds("heartbeat_interval", self.heartbeat_seconds)
-        require(
-            self.heartbeat_seconds < self.lease_timeout,
-            f"heartbeat_interval ({self.heartbeat_seconds}) must be shorter than "
-            f"lease_timeout ({self.lease_timeout})",
-        )
+        for name in ("lease_timeout", "heartbeat_interval"):
+            if getattr(self, name) is not None:  # None: decided by the leases the queue hands out
+                seconds(name, getattr(self, name))
+        heartbeat = self.heartbeat_seconds
+        if heartbeat is not None and self.lease_timeout is not None:
+            require(
+                heartbeat < self.lease_timeout,
+                f"heartbeat_interval ({heartbeat}) must be shorter than lease_timeout ({self.lease_timeout})",
+            )
         seconds("ack_interval", self.ack_interval, zero=True)
-        require(self.ack_interval < self.heartbeat_seconds, "ack_interval must be shorter than a heartbeat")
+        if heartbeat is not None:
+            require(self.ack_interval < heartbeat, "ack_interval must be shorter than a heartbeat")
         require(isinstance(self.name, str) and 0 < len(self.name) <= 200, "name must be 1 to 200 characters")
 
     @property
-    def heartbeat_seconds(self) -> float:
-        return self.heartbeat_interval if self.heartbeat_interval is not None else self.lease_timeout / 4
+    def heartbeat_seconds(self) -> float | None:
+        """heartbeat_interval, or a quarter of lease_timeout; None when both are the queue's to decide."""
+        if self.heartbeat_interval is not None:
+            return self.heartbeat_interval
+        return None if self.lease_timeout is None else self.lease_timeout / 4
 
 
 @dataclass
@@ -238,32 +290,61 @@ def _name(handler: object) -> str:
     return str(getattr(handler, "__qualname__", None) or repr(handler))
 
 
-def _call(handler: Handler, job: Job) -> None:
-    """Run handler on job; one that hands back something to await fails the job instead of completing it.
+def _call(handler: Handler, job: Job) -> str | None:
+    """Run handler on job; return its result as JSON text (None: it returned None, no result).
 
-    Start-up refuses coroutine functions, but a wrapper (a lambda, a partial)
-    can still return a coroutine: its job must not count as done.
+    One that hands back something to await fails the job instead of
+    completing it: start-up refuses coroutine functions, but a wrapper (a
+    lambda, a partial) can still return a coroutine, and its job must not
+    count as done.  A result JSON cannot encode, or jsonb cannot store
+    (NaN, U+0000, keys that are not strings: as ``pgjobq.complete`` refuses
+    them), fails the job with InvalidArgument naming its type, rather than
+    completing it without its result.
     """
     result = handler(job)
-    if result is not None and inspect.isawaitable(result):  # most handlers return None: no ABC check
+    if result is None:  # most handlers: no ABC check, no encoding
+        return None
+    if inspect.isawaitable(result):
         if inspect.iscoroutine(result):
             result.close()  # never started: no "was never awaited" warning
         raise TypeError(
             f"handler {_name(handler)} returned {type(result).__name__}, an awaitable this Worker cannot "
             "await: the job did not run"
         )
+    return _client.dump_json(result, f"the handler's result (a {type(result).__name__})")
+
+
+class _CancelledUnstarted(Exception):
+    """The outcome of a job whose cancel was requested before its handler started: handed back."""
 
 
 class _GiveUp(BaseException):
     """Raised by a second SIGTERM/SIGINT into a handler running on the worker's own thread."""
 
 
+def _when(moment: datetime | None) -> str:
+    return "?" if moment is None else moment.isoformat(timespec="seconds")
+
+
+def _warn_overdue(job: Job) -> None:
+    logger.warning(
+        "job %d is past its deadline (its queue's timeout): no more heartbeats; the reaper recovers it "
+        "when its lease ends",
+        job.id,
+    )
+
+
 class Worker:
     """Runs ``handler`` on the jobs of one queue.  See the module docstring.
 
     ``conninfo`` is a libpq connection string ("" uses the PG* environment).
-    A handler returns normally to complete its job; any exception (even
-    SystemExit) fails it with ``"<ExceptionType>: <message>"``.
+    A handler returns normally to complete its job, and what it returns
+    (any JSON value; None for no result) is stored as the job's result.  Any
+    exception (even SystemExit) fails it with ``"<ExceptionType>:
+    <message>"``, except ``Snooze`` (the job waits, the attempt is given
+    back) and ``Retry`` (a failure retried after the time it names).  A job
+    whose cancel was requested (``job.cancel_requested``) ends cancelled when
+    its handler raises, done when it returns.
     """
 
     def __init__(self, conninfo: str, handler: Handler, settings: WorkerSettings | None = None) -> None:
@@ -276,13 +357,13 @@ class Worker:
         self.conninfo = conninfo
         self.handler = handler
         self.settings = settings or WorkerSettings()
-        self._lease_timeout = timedelta(seconds=self.settings.lease_timeout)
+        lease_timeout = self.settings.lease_timeout
         # The hot statements' parameters, checked once (by WorkerSettings) rather than at every claim.
         self._claim_params: dict[str, Any] = {
             "queue": self.settings.queue,
             "n": self.settings.batch,
             "worker": self.settings.name,
-            "lease_timeout": self._lease_timeout,
+            "lease_timeout": None if lease_timeout is None else timedelta(seconds=lease_timeout),
         }
         self._wait_params: dict[str, Any] = {
             "queue": self.settings.queue,
@@ -295,12 +376,15 @@ class Worker:
         self._stop_requests = 0
         self._conn: psycopg.Connection[Any] | None = None
         self._listen_conn: psycopg.Connection[Any] | None = None
+        # Held by whoever reads the listening connection: the loop, or the keeper while a handler runs.
+        self._listen_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # handler threads (concurrency > 1)
         # Jobs in hand.  Handler threads append to _finished (deque appends are
         # thread-safe).  The keeper thread (concurrency 1) shares _backlog,
-        # _current, _ok, _failed, _oldest_unacked, _leased_at, _next_heartbeat,
-        # _keeper_due and processed: they change under _lock.  Everything else
-        # belongs to the loop's thread.
+        # _current, _ok, _results, _failed, _oldest_unacked, _leased_at,
+        # _overdue, _heartbeat_every, _next_heartbeat,
+        # _next_listen_check, _keeper_due and processed: they change under
+        # _lock.  Everything else belongs to the loop's thread.
         self._lock = threading.Lock()
         self._keeper_wake = threading.Condition(self._lock)
         self._keeper: threading.Thread | None = None
@@ -312,13 +396,21 @@ class Worker:
         self._current: Job | None = None  # its handler runs on the loop's thread now (concurrency 1)
         self._in_handler = False  # a second signal may interrupt the handler now
         self._running: dict[int, _Running] = {}  # given to a handler thread
-        self._finished: deque[tuple[Job, BaseException | None]] = deque()  # handler returned
+        # handler returned: (job, exception or None, result as JSON text or None)
+        self._finished: deque[tuple[Job, BaseException | None, str | None]] = deque()
         self._ok: list[Job] = []  # handlers that returned, collected: to acknowledge
+        self._results: dict[tuple[int, int], str] = {}  # the results of those in _ok that have one
         self._failed: list[tuple[Job, BaseException]] = []  # handlers that raised, collected: to report
         self._oldest_unacked = 0.0  # when the oldest result in _ok and _failed was collected
+        # Heartbeats: every _heartbeat_every seconds, from the leases in hand.
+        self._heartbeat_every = self.settings.heartbeat_seconds or DEFAULT_LEASE_SECONDS / 4
+        self._warned_heartbeat = False  # said once that heartbeat_interval is too long for a lease
         self._next_heartbeat = 0.0
         # when this worker took or last extended each lease it holds (monotonic clock)
         self._leased_at: dict[int, float] = {}
+        # jobs in hand past their deadline, as heartbeat_status said: no more heartbeats
+        self._overdue: set[int] = set()
+        self._next_listen_check = 0.0  # when to look for cancel notifications next, while handlers run
         self._next_reap = 0.0
         self._drained = False  # burst mode: the queue had no runnable job
         self._poll_only = False  # the LISTEN probe failed on this connection: poll until reconnected
@@ -404,6 +496,8 @@ class Worker:
             self._release_backlog()
         self._heartbeat()
         now = time.monotonic()
+        if self._running and self._listen_conn is not None and now >= self._next_listen_check:
+            self._look_for_cancels_if_due(keeper=False)  # handler threads run: the keeper's job in effect
         if now >= self._next_reap:
             self._reap()
             self._next_reap = now + self.settings.reap_interval
@@ -423,52 +517,102 @@ class Worker:
         """Claim a batch into the backlog; False when the queue had nothing runnable.
 
         Successes waiting to be acknowledged go with the claim: one statement,
-        one round trip and one commit for both (jobq.complete_and_claim).
+        one round trip and one commit for both (jobq.complete_and_claim), with
+        their results when any has one.  When the database refuses the
+        results (one over its 1 MiB limit, say), nothing is acknowledged or
+        claimed: the jobs are acknowledged one by one (_complete_singly), then
+        the claim goes alone.
         """
         conn = self._conn
         assert conn is not None
-        successes = self._take_successes()
+        successes, results = self._take_successes()
+        settled = not successes  # once true, a failure below leaves the successes alone
         try:
             if successes:
                 params = {
                     **self._claim_params,
                     "ids": [job.id for job in successes],
                     "leases": [job.lease for job in successes],
+                    "results": results,
                 }
-                accepted, jobs = _client.complete_and_claim_unchecked(conn, params, prepare=True)
-                self._acknowledged(successes, accepted)
+                try:
+                    accepted, jobs = _client.complete_and_claim_unchecked(conn, params, prepare=True)
+                except InvalidArgument:
+                    if results is None:
+                        raise
+                    settled = True
+                    self._complete_singly(conn, successes, results)
+                    jobs = _client.claim_unchecked(conn, self._claim_params, prepare=True)
+                else:
+                    settled = True
+                    self._acknowledged(successes, accepted)
             else:
                 jobs = _client.claim_unchecked(conn, self._claim_params, prepare=True)
         except BaseException:
-            self._restore_successes(successes)
+            if not settled:
+                self._restore_successes(successes, results)
             raise
         if jobs:
-            now = time.monotonic()
-            with self._lock:
-                if self._backlog or self._running or self._current is not None:
-                    self._leased_at.update((job.id, now) for job in jobs)
-                else:  # nothing else in hand: the lease times of finished jobs can go
-                    self._leased_at = {job.id: now for job in jobs}
-                    # and no lease in hand needs a heartbeat before one interval from now
-                    self._next_heartbeat = max(self._next_heartbeat, now + self.settings.heartbeat_seconds)
-                self._backlog.extend(jobs)
+            self._hold(jobs)
             self._start_handlers()
         if not jobs and self.settings.burst and not self._in_hand():
             logger.info("queue %s has no runnable job: burst done", self.settings.queue)
             self._drained = True
         return bool(jobs)
 
+    def _hold(self, jobs: list[Job]) -> None:
+        """Take the jobs just claimed into the backlog, and schedule their heartbeats from their leases."""
+        now = time.monotonic()
+        leases = [job._lease_seconds for job in jobs if job._lease_seconds is not None]
+        shortest = min(leases, default=math.inf)
+        interval = self._interval_for(shortest) if shortest < math.inf else None
+        with self._lock:
+            if self._backlog or self._running or self._current is not None:
+                self._leased_at.update((job.id, now) for job in jobs)
+                if interval is not None and interval < self._heartbeat_every:
+                    self._heartbeat_every = interval
+                    self._next_heartbeat = min(self._next_heartbeat, now + interval)
+            else:  # nothing else in hand: the lease times of finished jobs can go
+                self._leased_at = {job.id: now for job in jobs}
+                self._overdue.clear()
+                if interval is not None:
+                    self._heartbeat_every = interval
+                # and no lease in hand needs a heartbeat before one interval from now
+                self._next_heartbeat = now + self._heartbeat_every
+            self._backlog.extend(jobs)
+
+    def _interval_for(self, lease: float) -> float:
+        """The heartbeat interval that keeps a lease of that many seconds: heartbeat_interval if shorter, or
+        a quarter of it."""
+        interval = self.settings.heartbeat_interval
+        if interval is not None:
+            if interval < lease:
+                return interval
+            if not self._warned_heartbeat:
+                self._warned_heartbeat = True
+                logger.warning(
+                    "heartbeat_interval (%g s) is not shorter than the %.3g s leases of queue %s; "
+                    "heartbeating those jobs every %.3g s instead",
+                    interval, lease, self.settings.queue, lease / 4,
+                )  # fmt: skip
+        return lease / 4
+
     def _start_handlers(self) -> None:
         """Give backlog jobs to idle handler threads (never more: the rest stays ours to hand back).
 
         With concurrency 1, run them here instead, one after another, until
-        the backlog is empty or stop().
+        the backlog is empty or stop().  A job whose cancel was requested
+        before it started is not run: it goes back to the database (which
+        cancels it).
         """
         if self._pool is None:
             self._run_backlog()
             return
         while self._backlog and len(self._running) < self.settings.concurrency:
             job = self._backlog.popleft()
+            if job._cancel_is_set():
+                self._record(job, _CancelledUnstarted(), None)
+                continue
             future = self._pool.submit(self._run_handler, job)
             self._running[job.id] = _Running(job, future)
 
@@ -476,42 +620,52 @@ class Worker:
         """Run the backlog's handlers on this thread (concurrency 1); the keeper watches meanwhile."""
         while self._backlog and not self.stopping:
             with self._lock:
-                job = self._current = self._backlog.popleft()
+                job = self._backlog.popleft()
+                if job._cancel is not None and job._cancel.is_set():  # (inline: this runs for every job)
+                    self._record(job, _CancelledUnstarted(), None)
+                    continue
+                self._current = job
                 due = self._next_heartbeat
                 if self._ok:
                     due = min(due, self._oldest_unacked + self.settings.ack_interval)
+                if self._listen_conn is not None and self._next_listen_check < due:
+                    due = self._next_listen_check
                 if due < self._keeper_due:  # the keeper would sleep through it: wake it to rearm
                     self._keeper_due = due  # once: it may take a while to run, and recomputes anyway
                     self._keeper_wake.notify()
             self._in_handler = True
             try:
-                _call(self.handler, job)
+                result = _call(self.handler, job)
             except _GiveUp:
                 raise  # a second signal: the job stays _current, to be abandoned
             except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
                 error: BaseException | None = exc
+                result = None
             else:
                 error = None
             finally:
                 self._in_handler = False
             with self._lock:
-                self._record(job, error)
+                self._record(job, error, result)
                 self._current = None
 
     def _run_handler(self, job: Job) -> None:
         """Runs on a handler thread: records the handler's exception (None on success) in _finished."""
         try:
-            _call(self.handler, job)
+            result = _call(self.handler, job)
         except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
-            self._finished.append((job, exc))
+            self._finished.append((job, exc, None))
         else:
-            self._finished.append((job, None))
+            self._finished.append((job, None, result))
 
     def _wait_for_handlers(self) -> None:
-        """Sleep until a handler finishes, a heartbeat or an acknowledgement is due, or a poll interval."""
+        """Sleep until a handler finishes, a heartbeat or an acknowledgement is due, it is time to look for
+        cancel notifications, or a poll interval."""
         deadline = min(self._next_heartbeat, time.monotonic() + self.settings.poll_interval)
         if self._ok or self._failed:
             deadline = min(deadline, self._oldest_unacked + self.settings.ack_interval)
+        if self._listen_conn is not None:
+            deadline = min(deadline, self._next_listen_check)
         timeout = max(0.0, deadline - time.monotonic())
         wait([r.future for r in self._running.values()], timeout=timeout, return_when=FIRST_COMPLETED)
 
@@ -522,7 +676,8 @@ class Worker:
         once), the poll interval passes, the queue's next job in the future
         is due, or stop().  Without a listening connection (listen=False, or
         its probe failed) it only sleeps the poll interval: registering
-        would make producers notify for nobody.
+        would make producers notify for nobody.  A cancel notification
+        (``cancel:<ids>``) is no wake-up: it only concerns jobs in hand.
         """
         deadline = time.monotonic() + self.settings.poll_interval
         conn, listen = self._conn, self._listen_conn
@@ -531,10 +686,10 @@ class Worker:
             return
         assert conn is not None
         self._acknowledge(now=True)  # nothing in hand is worth holding back while we sleep
-        # Notifications that came while the worker was busy are stale: the claim after registering
+        # Wake-ups that came while the worker was busy are stale: the claim after registering
         # finds their jobs.  Left pending, they would end the sleep below at once.
-        for _ in listen.notifies(timeout=0):
-            pass
+        with self._listen_lock:
+            self._read_notifications(listen, 0)
         before = time.monotonic()
         try:
             registered, _, next_run_in = _client.wait_unchecked(conn, self._wait_params, prepare=True)
@@ -562,7 +717,7 @@ class Worker:
             self._claim()
 
     def _listen_until(self, deadline: float, listen: psycopg.Connection[Any] | None) -> bool:
-        """Sleep until deadline (monotonic), stop(), or a notification on listen (then True).
+        """Sleep until deadline (monotonic), stop(), or a wake-up notification on listen (then True).
 
         The wait is cut in slices of at most 0.1 s so that a stop is noticed promptly.
         """
@@ -570,47 +725,123 @@ class Worker:
             if listen is None:
                 self._sleep(remaining)
                 return False
-            if any(True for _ in listen.notifies(timeout=min(0.1, remaining), stop_after=1)):
+            with self._listen_lock:
+                woken = self._read_notifications(listen, min(0.1, remaining), stop_after=1)
+            if woken:
                 return True
         return False
 
+    def _read_notifications(
+        self, listen: psycopg.Connection[Any], timeout: float, *, stop_after: int | None = None
+    ) -> bool:
+        """Read the notifications listen receives within timeout (or until stop_after of them came); True
+        when a wake-up was among them.  Call with _listen_lock held.
+
+        Cancel requests among them set the cancel_requested of the jobs in
+        hand they name.  The generator is always run to its end: closing it
+        early would drop the rest of a packet that holds several.
+        """
+        woken = False
+        for notify in listen.notifies(timeout=timeout, stop_after=stop_after):
+            if notify.payload.startswith(CANCEL_PREFIX):
+                self._cancels_notified(notify.payload)
+            else:
+                woken = True
+        return woken
+
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
+
+    # -- cancel requests ------------------------------------------------------
+
+    def _look_for_cancels_if_due(self, *, keeper: bool) -> None:
+        """Every CANCEL_CHECK seconds while handlers run: read, without waiting, the notifications the
+        listening connection holds, for cancel requests.
+
+        The wake-ups read meanwhile are stale (see _wait_for_work).  The
+        keeper (concurrency 1) reads only while a handler runs on the loop's
+        thread, and never waits for the connection: between handlers it is
+        the loop's.
+        """
+        with self._lock:
+            now = time.monotonic()
+            if now < self._next_listen_check:
+                return
+            self._next_listen_check = now + CANCEL_CHECK
+        if not self._listen_lock.acquire(blocking=not keeper):
+            return
+        try:
+            listen = self._listen_conn
+            if listen is None or listen.closed or (keeper and self._current is None):
+                return
+            self._read_notifications(listen, 0)
+        except psycopg.OperationalError as exc:
+            if not keeper:
+                raise  # the loop reconnects
+            # the loop reconnects it once the handler is over; heartbeats bring cancel requests meanwhile
+            logger.debug("keeper: the listening connection failed (%s)", first_line(exc))
+        finally:
+            self._listen_lock.release()
+
+    def _cancels_notified(self, payload: str) -> None:
+        """A notification ``cancel:<id>,<id>,...``: the jobs in hand among those ids are to stop."""
+        ids = {int(part) for part in payload[len(CANCEL_PREFIX) :].split(",") if part.strip().isdigit()}
+        self._request_cancel(ids, "by notification")
+
+    def _request_cancel(self, ids: Collection[int], how: str) -> None:
+        """Set cancel_requested on the jobs in hand, not finished, whose id is in ids."""
+        if not ids:
+            return
+        with self._lock:
+            jobs = [job for job in self._unfinished() if job.id in ids and not job._cancel_is_set()]
+        for job in jobs:
+            job.cancel_requested.set()
+            logger.info("job %d: cancel requested (heard %s)", job.id, how)
 
     # -- acknowledging ------------------------------------------------------
 
     def _collect(self) -> None:
         """Move the jobs whose handler thread returned from _running to the results to report."""
         while self._finished:
-            job, outcome = self._finished.popleft()
+            job, outcome, result = self._finished.popleft()
             self._running.pop(job.id, None)
-            self._record(job, outcome)
+            self._record(job, outcome, result)
 
-    def _record(self, job: Job, outcome: BaseException | None) -> None:
-        """Add a handler's outcome to the results to report."""
+    def _record(self, job: Job, outcome: BaseException | None, result: str | None) -> None:
+        """Add a handler's outcome (and result, as JSON text) to the results to report."""
         if not self._ok and not self._failed:
             self._oldest_unacked = time.monotonic()
         if outcome is None:
             self._ok.append(job)
+            if result is not None:
+                self._results[job.id, job.lease] = result
         else:
             self._failed.append((job, outcome))
 
-    def _take_successes(self) -> list[Job]:
-        """Take the successes collected, to acknowledge (_restore_successes if that fails).
+    def _take_successes(self) -> tuple[list[Job], list[str | None] | None]:
+        """Take the successes collected, and their results aligned with them (None when none has one), to
+        acknowledge (_restore_successes if that fails).
 
         Taken under the lock, so that the keeper and the loop never send the same one.
         """
         with self._lock:
             successes, self._ok = self._ok, []
-        return successes
+            if not self._results:
+                return successes, None
+            results, self._results = self._results, {}
+        return successes, [results.get((job.id, job.lease)) for job in successes]
 
-    def _restore_successes(self, successes: list[Job]) -> None:
+    def _restore_successes(self, successes: list[Job], results: list[str | None] | None) -> None:
         """Put back successes whose acknowledgement failed, to send again."""
         if successes:
             with self._lock:
                 if not self._ok and not self._failed:
                     self._oldest_unacked = time.monotonic()
                 self._ok[:0] = successes
+                if results is not None:
+                    for job, result in zip(successes, results, strict=True):
+                        if result is not None:
+                            self._results[job.id, job.lease] = result
 
     def _acknowledge(self, *, now: bool) -> None:
         """Report the results collected: successes in one statement, failures one by one.
@@ -630,17 +861,56 @@ class Worker:
         """Acknowledge the successes collected in one jobq.complete_many (loop or keeper thread)."""
         conn = self._conn
         assert conn is not None
-        successes = self._take_successes()
+        successes, results = self._take_successes()
         if not successes:
             return
         try:
             accepted = _client.complete_many_unchecked(
-                conn, [job.id for job in successes], [job.lease for job in successes], prepare=True
+                conn,
+                [job.id for job in successes],
+                [job.lease for job in successes],
+                results=results,
+                prepare=True,
             )
+        except InvalidArgument:
+            if results is None:
+                self._restore_successes(successes, results)
+                raise
+            self._complete_singly(conn, successes, results)
+            return
         except BaseException:
-            self._restore_successes(successes)
+            self._restore_successes(successes, results)
             raise
         self._acknowledged(successes, accepted)
+
+    def _complete_singly(
+        self, conn: psycopg.Connection[Any], successes: list[Job], results: list[str | None]
+    ) -> None:
+        """The database refused a batch of results: acknowledge its jobs one by one.
+
+        A job whose own result is refused (over 1 MiB of jsonb, say) fails
+        with the database's reason, and is retried per its policy, rather
+        than losing its result or stopping the batch.  If the connection
+        breaks meanwhile, the jobs not sent yet are sent again later.
+        """
+        done: list[Job] = []
+        accepted: set[int] = set()
+        sent = 0
+        try:
+            for job, result in zip(successes, results, strict=True):
+                try:
+                    accepted |= _client.complete_many_unchecked(conn, [job.id], [job.lease], results=[result])
+                except InvalidArgument as refused:
+                    with self._lock:
+                        self._record(job, refused, None)
+                else:
+                    done.append(job)
+                sent += 1
+        except BaseException:
+            self._restore_successes(successes[sent:], results[sent:])
+            raise
+        finally:
+            self._acknowledged(done, accepted)
 
     def _acknowledged(self, successes: list[Job], accepted: set[int]) -> None:
         """Log the outcome of acknowledging successes: accepted, or refused as stale."""
@@ -651,12 +921,19 @@ class Worker:
         if len(accepted) < len(successes):
             for job in successes:
                 if job.id not in accepted:
-                    logger.warning("job %d: lease %d lost; result discarded", job.id, job.lease)
+                    self._lost(job, "result discarded")
         with self._lock:
             self.processed += len(successes)
 
+    def _lost(self, job: Job, what: str) -> None:
+        """Log that the database refused job's lease: a warning, unless the job was cancelled meanwhile."""
+        if job._cancel_is_set():  # most likely cancelled by force, which voids the lease
+            logger.info("job %d: lease %d void (cancelled meanwhile?); %s", job.id, job.lease, what)
+        else:
+            logger.warning("job %d: lease %d lost; %s", job.id, job.lease, what)
+
     def _report_failures(self) -> None:
-        """Report the failures collected, one jobq.fail each (they are rare; each needs its own row)."""
+        """Report the failures collected, one statement each (they are rare; each needs its own row)."""
         if not self._failed:
             return
         with self._lock:
@@ -668,21 +945,53 @@ class Worker:
                 self._failed.remove((job, error))
 
     def _report_failure(self, job: Job, error: BaseException) -> None:
+        """Report one outcome other than success: jobq.release for a job cancelled before it started,
+        jobq.snooze for Snooze, jobq.fail for the rest (with retry_in for Retry)."""
         assert self._conn is not None
-        message = f"{type(error).__name__}: {error}"
-        try:
-            status, run_at = _client.fail(self._conn, job.id, message, job.lease)
-        except (LeaseLost, JobNotFound):
-            logger.warning("job %d: lease %d lost; failure discarded (%s)", job.id, job.lease, message)
+        if isinstance(error, _CancelledUnstarted):
+            try:
+                _client.release(self._conn, job.id, job.lease)
+            except (LeaseLost, JobNotFound):
+                self._lost(job, "not started")
+                return
+            logger.info("job %d: cancel requested before it started; handed back unstarted", job.id)
             return
-        if status == "failed":
+        if isinstance(error, Snooze):
+            try:
+                run_at = _client.snooze(self._conn, job.id, job.lease, error.delay)
+            except (LeaseLost, JobNotFound):
+                self._lost(job, "snooze discarded")
+                return
+            except InvalidArgument as refused:  # a delay the database does not take: a failure then
+                error = refused
+            else:
+                if run_at is None:  # its cancel was requested: cancelled instead
+                    logger.info("job %d cancelled (its handler asked to snooze)", job.id)
+                else:
+                    logger.info(
+                        "job %d snoozed for %s s, until %s (attempt %d given back)",
+                        job.id, error.delay.total_seconds(), _when(run_at), job.attempts,
+                    )  # fmt: skip
+                return
+        retry_in = error.after if isinstance(error, Retry) else None
+        cause = error.__cause__ if isinstance(error, Retry) else None
+        failure = cause if cause is not None else error
+        message = f"{type(failure).__name__}: {failure}"
+        try:
+            status, run_at = _client.fail(self._conn, job.id, message, job.lease, retry_in=retry_in)
+        except (LeaseLost, JobNotFound):
+            self._lost(job, f"failure discarded ({message})")
+            return
+        if status == "cancelled":
+            logger.info("job %d cancelled (attempt %d): %s", job.id, job.attempts, message)
+        elif status == "failed":
             logger.error(
                 "job %d failed for good (attempt %d/%d): %s", job.id, job.attempts, job.max_attempts, message
             )
         else:
             logger.warning(
                 "job %d failed (attempt %d/%d), retry at %s: %s",
-                job.id, job.attempts, job.max_attempts, run_at.isoformat(timespec="seconds"), message,
+                job.id, job.attempts, job.max_attempts, _when(run_at), message,
             )  # fmt: skip
 
     def _release_backlog(self) -> None:
@@ -694,7 +1003,7 @@ class Worker:
                 _client.release(self._conn, job.id, job.lease)
                 logger.info("job %d handed back unstarted", job.id)
             except (LeaseLost, JobNotFound):
-                logger.warning("job %d: lease %d lost before hand-back", job.id, job.lease)
+                self._lost(job, "not handed back")
             with self._lock:
                 self._backlog.popleft()
 
@@ -709,9 +1018,16 @@ class Worker:
     def _heartbeat(self) -> None:
         """When a heartbeat is due, extend in one statement the lease of every job in hand not finished.
 
-        A lease this worker took or extended less than a heartbeat ago is left
-        alone when two heartbeat intervals fit in the lease timeout: by the
-        next sweep it is still at most two intervals old.  Runs on the loop's
+        One jobq.heartbeat_status: it also says which jobs were asked to stop
+        (their cancel_requested is set) and which are past their deadline
+        (the database left their lease unextended: it expires no later than
+        the statement's clock, compared in the database).  A job past its
+        deadline gets no more heartbeats, said once in a warning: its lease
+        cannot be extended, the reaper recovers the job when the lease runs
+        out.  A lease this worker took or extended less than a
+        heartbeat ago is left alone when two heartbeat intervals fit in it:
+        by the next sweep it is still at most two intervals old.  The
+        interval is recomputed from the leases in hand.  Runs on the loop's
         thread or the keeper's.
         """
         conn = self._conn
@@ -720,38 +1036,68 @@ class Worker:
             now = time.monotonic()
             if now < self._next_heartbeat:
                 return
-            self._next_heartbeat = now + self.settings.heartbeat_seconds
             unfinished = self._unfinished()
             self._leased_at = {job.id: self._leased_at.get(job.id, 0.0) for job in unfinished}
-            interval = self.settings.heartbeat_seconds
-            if 2 * interval < self.settings.lease_timeout:
-                unfinished = [job for job in unfinished if now - self._leased_at[job.id] >= interval]
-        if not unfinished:
+            if self._overdue:
+                self._overdue.intersection_update(self._leased_at)
+            live = [job for job in unfinished if job.id not in self._overdue]
+            leases = [job._lease_seconds for job in live if job._lease_seconds is not None]
+            if leases:
+                self._heartbeat_every = self._interval_for(min(leases))
+            interval = self._heartbeat_every
+            self._next_heartbeat = now + interval
+            due = [
+                job
+                for job in live
+                if now - self._leased_at[job.id] >= interval or 2 * interval >= (job._lease_seconds or 0.0)
+            ]
+        if not due:
             return
-        held = _client.heartbeat_many_unchecked(
-            conn, [job.id for job in unfinished], [job.lease for job in unfinished], prepare=True
+        rows = _client.heartbeat_status_unchecked(
+            conn, [job.id for job in due], [job.lease for job in due], prepare=True
         )
+        held: set[int] = set()
+        cancels: list[int] = []
+        overdue: list[int] = []
+        for job_id, cancel_requested, past in rows:
+            held.add(job_id)
+            if cancel_requested:
+                cancels.append(job_id)
+            if past:
+                overdue.append(job_id)
         with self._lock:
             for job_id in held:
                 self._leased_at[job_id] = now
+            newly_overdue = set(overdue) - self._overdue
+            self._overdue.update(newly_overdue)
             # A job whose handler returned meanwhile (perhaps after completing it in its
             # own transaction) is not lost yet: the acknowledgement tells whether the lease held.
             still = {job.id for job in self._unfinished()}
-        for job in unfinished:
+        for job in due:
+            if job.id in newly_overdue:
+                _warn_overdue(job)
             if job.id not in held and job.id in still:
-                logger.warning("job %d: lease %d lost while in hand; its result will be discarded",
-                               job.id, job.lease)  # fmt: skip
+                if job._cancel_is_set():
+                    logger.info("job %d: lease %d void (cancelled meanwhile?)", job.id, job.lease)
+                else:
+                    logger.warning("job %d: lease %d lost while in hand; its result will be discarded",
+                                   job.id, job.lease)  # fmt: skip
+                    job.cancel_requested.set()  # its handler may as well stop
+        self._request_cancel(cancels, "at a heartbeat")
 
     # -- the keeper thread (concurrency 1) -------------------------------------
 
     def _keep(self) -> None:
-        """While a handler runs on the loop's thread, send the acknowledgements and heartbeats that fall due.
+        """While a handler runs on the loop's thread, send the acknowledgements and heartbeats that fall due,
+        and look for cancel notifications.
 
         Between handlers the loop sends them itself.  It sleeps until the next
-        heartbeat, or the next acknowledgement, falls due; a handler start
-        wakes it only when something falls due earlier than that (so a quick
-        handler costs the keeper nothing).  A failed statement (the
-        connection is gone: the loop reconnects) leaves its work to the loop.
+        heartbeat, acknowledgement or look at the listening connection
+        (every CANCEL_CHECK seconds while listening: between handlers it
+        only moves that time on) falls due; a handler start wakes it only
+        when something falls due earlier than that (so a quick handler costs
+        the keeper nothing).  A failed statement (the connection is gone:
+        the loop reconnects) leaves its work to the loop.
         """
         while True:
             with self._lock:
@@ -760,6 +1106,10 @@ class Worker:
                         return
                     now = time.monotonic()
                     due = self._next_heartbeat
+                    if self._listen_conn is not None:
+                        if self._current is None and self._next_listen_check <= now:
+                            self._next_listen_check = now + CANCEL_CHECK  # no handler runs: none to stop
+                        due = min(due, self._next_listen_check)
                     if self._current is None:
                         # between handlers: the loop's; until the next heartbeat at most, or notified
                         self._keeper_due = due if due > now else math.inf
@@ -778,6 +1128,8 @@ class Worker:
                 try:
                     self._complete_many_due()
                     self._heartbeat()
+                    if self._listen_conn is not None:
+                        self._look_for_cancels_if_due(keeper=True)
                 except Exception as exc:  # the loop's next statement meets the same error and handles it
                     failed = first_line(exc)
             if failed is not None:
@@ -785,7 +1137,7 @@ class Worker:
                 logger.debug("keeper: %s; left to the worker's loop", failed)
                 with self._lock:
                     if not self._closing:
-                        self._keeper_wake.wait(min(1.0, self.settings.heartbeat_seconds))
+                        self._keeper_wake.wait(min(1.0, self._heartbeat_every))
 
     def _complete_many_due(self) -> None:
         """Acknowledge the successes collected, if the oldest has waited ack_interval."""
@@ -849,26 +1201,35 @@ class Worker:
             and not self._poll_only
             and (self._listen_conn is None or self._listen_conn.closed)
         ):
-            self._listen_conn = self._open("listen")
-            channel = _client.channel(self._listen_conn, self.settings.queue)
-            if self._notifications_arrive():
-                # Notifications sent before this LISTEN are not missed: a claim follows every connect.
-                self._listen_conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-            else:
+            with self._listen_lock:
+                self._listen_conn = self._open("listen")
+                channel = _client.channel(self._listen_conn, self.settings.queue)
+                arrive = self._notifications_arrive()
+                if arrive:
+                    # Wake-ups sent before this LISTEN are not missed: a claim follows every connect.
+                    # Cancel requests are not either: the next heartbeat brings them.
+                    self._listen_conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+            if not arrive:
                 logger.warning(
                     "notifications do not reach this worker's listening connection (a "
                     "transaction-pooling PgBouncer?); not listening on %s, polling every %s s instead",
                     channel,
                     self.settings.poll_interval,
                 )
-                self._listen_conn.close()
-                self._listen_conn = None
+                with self._listen_lock:
+                    self._listen_conn.close()
+                    self._listen_conn = None
                 self._poll_only = True
 
     def _notifications_arrive(self) -> bool:
         """Whether a probe notification sent from the work connection reaches the listening one.
 
-        The probe goes to a channel of its own, so no other listener sees it.
+        The probe goes to a channel of its own, so no other listener sees it,
+        and only a notification on that channel counts: LISTEN on the queue's
+        channel comes after the probe, but behind a transaction-pooling
+        PgBouncer another client's LISTEN can deliver the queue's wake-ups
+        and cancel requests here, and they prove nothing.  Call with
+        _listen_lock held.
         """
         assert self._conn is not None and self._listen_conn is not None
         probe = f"{PROBE_CHANNEL_PREFIX}{uuid.uuid4().hex}"
@@ -892,9 +1253,11 @@ class Worker:
         return conn
 
     def _disconnect(self) -> None:
-        for conn in (self._conn, self._listen_conn):
-            if conn is not None:
-                conn.close()
+        if self._conn is not None:
+            self._conn.close()
+        with self._listen_lock:
+            if self._listen_conn is not None:
+                self._listen_conn.close()
         self._conn = self._listen_conn = None
         self._poll_only = False  # the next connection gets its own probe
 

@@ -5,7 +5,9 @@
 -- name: enqueue
 SELECT jobq.enqueue(%(queue)s, %(payload)s::jsonb, priority => %(priority)s,
                     run_at => coalesce(%(run_at)s::timestamptz, now()),
-                    max_attempts => %(max_attempts)s)
+                    max_attempts => %(max_attempts)s::integer,
+                    unique_key => %(unique_key)s::text, unique_scope => %(unique_scope)s::text,
+                    on_conflict => %(on_conflict)s::text, headers => %(headers)s::jsonb)
 
 -- name: enqueue_many
 -- the payloads travel as one JSON array, parsed once, and become the jsonb[]
@@ -16,34 +18,57 @@ SELECT jobq.enqueue_many(%(queue)s,
                                 ORDER BY e.i),
                          priority => %(priority)s,
                          run_at => coalesce(%(run_at)s::timestamptz, now()),
-                         max_attempts => %(max_attempts)s)
+                         max_attempts => %(max_attempts)s::integer,
+                         unique_keys => %(unique_keys)s::text[], unique_scope => %(unique_scope)s::text,
+                         on_conflict => %(on_conflict)s::text, headers => %(headers)s::jsonb)
 
 -- name: claim
-SELECT id, queue, payload, priority, attempts, max_attempts, lease
+-- lease_timeout NULL: the queue's.  max_attempts is NULL for a job enqueued
+-- without one on a queue without settings (claim writes the queue's value only
+-- for a configured queue): 3 then, the value fail and reap apply.  Then the
+-- lease's length as claimed, in seconds, by the database's clock alone (a
+-- queue's timeout may cut it short: the deadline itself is the database's, in
+-- jobq.deadlines, and the worker learns from heartbeat_status that it has
+-- passed); headers last (NULL for most jobs: the client leaves the column out
+-- then, rather than parse an empty object for each)
+SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
+       extract(epoch FROM lease_expires_at - locked_at)::float8,
+       headers
   FROM jobq.claim(%(queue)s, %(n)s, %(worker)s, %(lease_timeout)s::interval)
 
 -- name: complete_and_claim
--- acknowledged jobs first (status done: only their id is needed, so their
--- payload is not sent), then the claimed ones (status running)
+-- acknowledged jobs first (status done: only their id is needed, so neither
+-- payload, headers nor the lease's length is sent), then the claimed ones
+-- (status running), with claim's columns (max_attempts as there); results NULL
+-- when no job of the batch has one
 SELECT status, id, queue, CASE WHEN status = 'running' THEN payload END AS payload,
-       priority, attempts, max_attempts, lease
+       priority, attempts, coalesce(max_attempts, 3), lease,
+       CASE WHEN status = 'running' THEN extract(epoch FROM lease_expires_at - locked_at)::float8 END,
+       CASE WHEN status = 'running' THEN headers END AS headers
   FROM jobq.complete_and_claim(%(ids)s::bigint[], %(leases)s::bigint[], %(queue)s, %(n)s, %(worker)s,
-                               %(lease_timeout)s::interval)
+                               %(lease_timeout)s::interval, results => %(results)s::jsonb[])
 
 -- name: complete
-SELECT jobq.complete(%(id)s, %(lease)s)
+SELECT jobq.complete(%(id)s, %(lease)s, result => %(result)s::jsonb)
 
 -- name: complete_many
-SELECT id FROM jobq.complete_many(%(ids)s::bigint[], %(leases)s::bigint[]) AS id
+SELECT id FROM jobq.complete_many(%(ids)s::bigint[], %(leases)s::bigint[], %(results)s::jsonb[]) AS id
 
 -- name: fail
-SELECT status, run_at FROM jobq.fail(%(id)s, %(error)s, %(lease)s)
+SELECT status, run_at FROM jobq.fail(%(id)s, %(error)s, %(lease)s, retry_in => %(retry_in)s::interval)
 
 -- name: heartbeat
 SELECT jobq.heartbeat(%(id)s, %(lease)s)
 
 -- name: heartbeat_many
 SELECT id FROM jobq.heartbeat_many(%(ids)s::bigint[], %(leases)s::bigint[]) AS id
+
+-- name: heartbeat_status
+-- the Worker's heartbeat: the pairs still held, whether a cancel was asked,
+-- and whether the deadline has passed (the lease then reaches no further
+-- than the statement's clock, by which it was extended)
+SELECT h.id, h.cancel_requested, h.lease_expires_at <= statement_timestamp() AS overdue
+  FROM jobq.heartbeat_status(%(ids)s::bigint[], %(leases)s::bigint[]) AS h
 
 -- name: reap
 SELECT id, queue, status FROM jobq.reap(%(stale)s::interval)
@@ -52,7 +77,7 @@ SELECT id, queue, status FROM jobq.reap(%(stale)s::interval)
 SELECT id FROM jobq.retry_failed(%(queue)s, %(ids)s::bigint[]) AS id
 
 -- name: stats
-SELECT queue, queued, runnable, running, done, failed, oldest_queued_age FROM jobq.stats()
+SELECT queue, queued, runnable, running, done, failed, oldest_queued_age, cancelled FROM jobq.stats()
 
 -- name: channel
 SELECT jobq.channel(%(queue)s)
@@ -83,3 +108,49 @@ SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pgjobq'
 SELECT queued, runnable, running, failed, oldest_runnable_age, live_tuples, dead_tuples, total_bytes,
        last_vacuum, last_analyze, oldest_transaction_age, oldest_xmin_age
   FROM jobq.health
+
+-- name: snooze
+SELECT jobq.snooze(%(id)s, %(lease)s, %(delay)s::interval)
+
+-- name: cancel
+SELECT id, status FROM jobq.cancel(%(ids)s::bigint[], force => %(force)s)
+
+-- name: pause
+SELECT jobq.pause(%(queue)s)
+
+-- name: resume
+SELECT jobq.resume(%(queue)s)
+
+-- name: configure_queue
+SELECT queue, paused, max_attempts, backoff_base, backoff_max, backoff_jitter, lease_timeout, timeout,
+       configured
+  FROM jobq.configure_queue(%(queue)s, max_attempts => %(max_attempts)s::integer,
+                            backoff_base => %(backoff_base)s::interval,
+                            backoff_max => %(backoff_max)s::interval,
+                            backoff_jitter => %(backoff_jitter)s::double precision,
+                            lease_timeout => %(lease_timeout)s::interval, timeout => %(timeout)s::interval,
+                            unset => %(unset)s::text[])
+
+-- name: queues
+SELECT queue, paused, max_attempts, backoff_base, backoff_max, backoff_jitter, lease_timeout, timeout,
+       configured
+  FROM jobq.queues
+ ORDER BY queue
+
+-- name: job
+SELECT id, queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at,
+       cancel_requested
+  FROM jobq.job(%(id)s)
+
+-- name: watch
+-- in FROM, so that the function runs once (not once per column)
+SELECT id, queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at,
+       cancel_requested
+  FROM jobq.watch(%(id)s)
+
+-- name: listen_done
+-- the channel of jobq.watch's notifications; quoted, for its dot
+LISTEN "jobq.done"
+
+-- name: unlisten_done
+UNLISTEN "jobq.done"

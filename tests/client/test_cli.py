@@ -69,8 +69,8 @@ def test_stats_counts_jobs_per_queue_and_status(dsn: str, db: Db) -> None:
 
     assert result.returncode == 0, result.stderr
     (emails,) = json.loads(result.stdout)
-    assert {k: emails[k] for k in ("queue", "queued", "running", "done", "failed")} == {
-        "queue": "emails", "queued": 2, "running": 1, "done": 0, "failed": 0,
+    assert {k: emails[k] for k in ("queue", "queued", "running", "done", "failed", "cancelled")} == {
+        "queue": "emails", "queued": 2, "running": 1, "done": 0, "failed": 0, "cancelled": 0,
     }  # fmt: skip
     assert emails["oldest_queued_age_seconds"] >= 0
 
@@ -104,7 +104,9 @@ def test_stats_table_has_a_row_per_queue(dsn: str, db: Db) -> None:
 
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["queue", "queued", "runnable", "running", "done", "failed", "oldest", "wait"]
+    assert lines[0].split() == [
+        "queue", "queued", "runnable", "running", "done", "failed", "cancelled", "oldest", "wait",
+    ]  # fmt: skip
     assert [line.split()[0] for line in lines[1:]] == ["emails", "pdfs"]
 
 

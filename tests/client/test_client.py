@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import re
 import threading
 from datetime import datetime, timedelta, timezone
+from importlib import resources
 from typing import Any
 
 import psycopg
@@ -21,6 +23,13 @@ def job_count(db: Db) -> int:
     row = db.execute("SELECT count(*) AS n FROM jobq.jobs").fetchone()
     assert row is not None
     return int(row["n"])
+
+
+def test_every_named_statement_is_named_once() -> None:
+    text = resources.files("pgjobq").joinpath("queries.sql").read_text(encoding="utf-8")
+    names = re.findall(r"^-- name: (\w+)\s*$", text, flags=re.MULTILINE)
+
+    assert sorted(name for name in set(names) if names.count(name) > 1) == []
 
 
 def test_enqueue_commits_with_the_callers_transaction(db: Db, connect: Connect) -> None:
@@ -166,37 +175,37 @@ def test_complete_and_claim_leaves_out_a_stale_lease(db: Db) -> None:
     assert (acknowledged, claimed) == (set(), [])
 
 
-def test_wait_registers_so_that_an_enqueue_notifies_the_queue(db: Db, connect: Connect) -> None:
+def test_register_waiter_registers_so_that_an_enqueue_notifies_the_queue(db: Db, connect: Connect) -> None:
     worker = connect()
     worker.execute("LISTEN jobq_default")
 
-    assert pgjobq.wait(worker, "default", "w", timedelta(minutes=1)) == (True, None)
+    assert pgjobq.register_waiter(worker, "default", "w", timedelta(minutes=1)) == (True, None)
     pgjobq.enqueue(db, "default", {})
 
     assert [n.channel for n in worker.notifies(timeout=5, stop_after=1)] == ["jobq_default"]
 
 
-def test_wait_tells_the_earliest_future_run_at_of_the_queue(db: Db) -> None:
+def test_register_waiter_tells_the_earliest_future_run_at_of_the_queue(db: Db) -> None:
     soon = datetime.now(timezone.utc) + timedelta(hours=1)
     pgjobq.enqueue(db, "default", {}, run_at=soon + timedelta(hours=1))
     pgjobq.enqueue(db, "default", {}, run_at=soon, priority=-5)
     pgjobq.enqueue(db, "other", {}, run_at=soon - timedelta(minutes=30))
     pgjobq.enqueue(db, "default", {})  # runnable now: not in the future
 
-    assert pgjobq.wait(db, "default", "w", timedelta(seconds=1)) == (True, soon)
+    assert pgjobq.register_waiter(db, "default", "w", timedelta(seconds=1)) == (True, soon)
 
 
-def test_wait_is_refused_for_the_moment_while_a_producer_of_the_queue_is_in_flight(
+def test_register_waiter_is_refused_for_the_moment_while_a_producer_of_the_queue_is_in_flight(
     db: Db, connect: Connect
 ) -> None:
     producer = connect(autocommit=False)
     pgjobq.enqueue(producer, "default", {})
 
-    registered, _ = pgjobq.wait(db, "default", "w", timedelta(seconds=1))
+    registered, _ = pgjobq.register_waiter(db, "default", "w", timedelta(seconds=1))
     producer.commit()
 
     assert registered is False
-    assert pgjobq.wait(db, "default", "w", timedelta(seconds=1))[0] is True
+    assert pgjobq.register_waiter(db, "default", "w", timedelta(seconds=1))[0] is True
 
 
 def test_purge_deletes_old_finished_jobs_and_returns_how_many(db: Db) -> None:

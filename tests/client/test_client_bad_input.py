@@ -190,11 +190,74 @@ CASES: dict[str, Case] = {
     "complete-id-string": local(lambda c, j: pgjobq.complete(c, bad(str(j.running)), 2), "id must be"),
     "heartbeat-lease-none": local(lambda c, j: pgjobq.heartbeat(c, j.running, bad(None)), "lease must be"),
     "fail-error-none": local(lambda c, j: pgjobq.fail(c, j.running, bad(None), 2), "error must be"),
-    "wait-up-to-seconds": local(lambda c, _: pgjobq.wait(c, "default", "w", bad(1.0)), "up_to must be"),
+    "wait-up-to-seconds": local(
+        lambda c, _: pgjobq.register_waiter(c, "default", "w", bad(1.0)), "up_to must be"
+    ),
     "wait-worker-none": local(
-        lambda c, _: pgjobq.wait(c, "default", bad(None), timedelta(seconds=1)), "worker must be"
+        lambda c, _: pgjobq.register_waiter(c, "default", bad(None), timedelta(seconds=1)), "worker must be"
     ),
     "reap-zero": local(lambda c, _: pgjobq.reap(c, timedelta(0)), "stale must be"),
+    # 0.6.0's arguments
+    "unique-key-int": local(enqueue({}, unique_key=5), "unique_key must be"),
+    "unique-scope-none": local(enqueue({}, unique_scope=None), "unique_scope must be"),
+    "on-conflict-none": local(enqueue({}, on_conflict=None), "on_conflict must be"),
+    "headers-list": local(enqueue({}, headers=["a"]), "headers must be a mapping"),
+    "headers-datetime": local(enqueue({}, headers={"at": AWARE}), "headers is not serialisable"),
+    "headers-nul": local(enqueue({}, headers={"a": "\u0000"}), "headers['a']"),
+    "max-attempts-float": local(enqueue({}, max_attempts=2.0), "max_attempts must be"),
+    "unique-keys-a-string": local(
+        lambda c, _: pgjobq.enqueue_many(c, "default", [{}], unique_keys=bad("k")), "unique_keys must be"
+    ),
+    "unique-keys-an-int": local(
+        lambda c, _: pgjobq.enqueue_many(c, "default", [{}], unique_keys=bad([1])), "unique_keys[] must be"
+    ),
+    "enqueue-many-headers-list": local(
+        lambda c, _: pgjobq.enqueue_many(c, "default", [{}], headers=bad([])), "headers must be a mapping"
+    ),
+    "result-opaque": local(
+        lambda c, j: pgjobq.complete(c, j.running, 2, result=Opaque()), "result is not serialisable"
+    ),
+    "result-nan": local(lambda c, j: pgjobq.complete(c, j.running, 2, result=math.nan), "result is not"),
+    "results-one-bad": local(
+        lambda c, j: pgjobq.complete_many(c, [(j.running, 2)], results=[{"at": AWARE}]), "results[1]"
+    ),
+    "results-a-string": local(
+        lambda c, j: pgjobq.complete_many(c, [(j.running, 2)], results=bad("x")), "results must be"
+    ),
+    "retry-in-seconds": local(
+        lambda c, j: pgjobq.fail(c, j.running, "boom", 2, retry_in=bad(5)), "retry_in must be"
+    ),
+    "snooze-delay-seconds": local(lambda c, j: pgjobq.snooze(c, j.running, 2, bad(5)), "delay must be"),
+    "snooze-lease-string": local(
+        lambda c, j: pgjobq.snooze(c, j.running, bad("2"), timedelta(0)), "lease must be"
+    ),
+    "cancel-ids-a-string": local(lambda c, _: pgjobq.cancel(c, bad("12")), "ids must be"),
+    "cancel-ids-an-int": local(lambda c, j: pgjobq.cancel(c, bad(j.queued)), "ids must be"),
+    "cancel-id-float": local(lambda c, _: pgjobq.cancel(c, bad([1.5])), "ids[] must be"),
+    "cancel-force-string": local(
+        lambda c, j: pgjobq.cancel(c, [j.queued], force=bad("yes")), "force must be"
+    ),
+    "pause-queue-none": local(lambda c, _: pgjobq.pause(c, bad(None)), "queue must be"),
+    "resume-queue-int": local(lambda c, _: pgjobq.resume(c, bad(1)), "queue must be"),
+    "configure-jitter-string": local(
+        lambda c, _: pgjobq.configure_queue(c, "default", backoff_jitter=bad("0.5")), "backoff_jitter must be"
+    ),
+    "configure-timeout-seconds": local(
+        lambda c, _: pgjobq.configure_queue(c, "default", timeout=bad(5)), "timeout must be"
+    ),
+    "configure-unset-a-string": local(
+        lambda c, _: pgjobq.configure_queue(c, "default", unset=bad("timeout")), "unset must be"
+    ),
+    "configure-max-attempts-bool": local(
+        lambda c, _: pgjobq.configure_queue(c, "default", max_attempts=bad(True)), "max_attempts must be"
+    ),
+    "job-id-string": local(lambda c, j: pgjobq.job(c, bad(str(j.queued))), "id must be"),
+    "watch-id-none": local(lambda c, _: pgjobq.watch(c, bad(None)), "id must be"),
+    "wait-id-string": local(lambda c, j: pgjobq.wait(c, bad(str(j.queued)), timedelta(0)), "id must be"),
+    "wait-timeout-seconds": local(lambda c, j: pgjobq.wait(c, j.queued, bad(5)), "timeout must be"),
+    "wait-timeout-negative": local(
+        lambda c, j: pgjobq.wait(c, j.queued, timedelta(seconds=-1)), "timeout must not be negative"
+    ),
     "reap-negative": local(lambda c, _: pgjobq.reap(c, timedelta(seconds=-5)), "stale must be"),
     # values only the database judges
     "queue-empty": remote(enqueue_to(""), "queue must be"),
@@ -211,10 +274,58 @@ CASES: dict[str, Case] = {
     ),
     "max-attempts-zero": remote(enqueue({}, max_attempts=0), "max_attempts must be"),
     "claim-n-zero": remote(lambda c, _: pgjobq.claim(c, "default", 0, "w"), "n must be"),
-    "wait-up-to-zero": remote(lambda c, _: pgjobq.wait(c, "default", "w", timedelta(0)), "up_to must be"),
-    "wait-bad-queue": remote(
-        lambda c, _: pgjobq.wait(c, "Bad-Queue", "w", timedelta(seconds=1)), "queue must"
+    "wait-up-to-zero": remote(
+        lambda c, _: pgjobq.register_waiter(c, "default", "w", timedelta(0)), "up_to must be"
     ),
+    "wait-bad-queue": remote(
+        lambda c, _: pgjobq.register_waiter(c, "Bad-Queue", "w", timedelta(seconds=1)), "queue must"
+    ),
+    "unique-scope-unknown": remote(enqueue({}, unique_key="k", unique_scope="forever"), "unique_scope"),
+    "on-conflict-unknown": remote(enqueue({}, unique_key="k", on_conflict="ignore"), "on_conflict"),
+    "unique-key-empty": remote(enqueue({}, unique_key=""), "unique_key"),
+    "unique-key-too-long": remote(enqueue({}, unique_key="k" * 513), "unique_key"),
+    "configure-timeout-zero": remote(
+        lambda c, _: pgjobq.configure_queue(c, "default", timeout=timedelta(0)), "timeout must be"
+    ),
+    "configure-timeout-over-30-days": remote(
+        lambda c, _: pgjobq.configure_queue(c, "default", timeout=timedelta(days=31)), "timeout must be"
+    ),
+    "headers-too-large": remote(
+        enqueue({}, headers={"blob": "x" * (2 * MIB)}), "headers", pgjobq.PayloadTooLarge
+    ),
+    "unique-keys-fewer-than-payloads": remote(
+        lambda c, _: pgjobq.enqueue_many(c, "default", [{}, {}], unique_keys=["a"]), "unique_keys"
+    ),
+    "result-too-large": remote(
+        lambda c, j: pgjobq.complete(c, j.running, 2, result="x" * (2 * MIB)),
+        "result",
+        pgjobq.PayloadTooLarge,
+    ),
+    "retry-in-negative": remote(
+        lambda c, j: pgjobq.fail(c, j.running, "boom", 2, retry_in=timedelta(seconds=-1)), "retry_in"
+    ),
+    "snooze-delay-negative": remote(
+        lambda c, j: pgjobq.snooze(c, j.running, 2, timedelta(seconds=-1)), "delay"
+    ),
+    "snooze-stale-lease": remote(
+        lambda c, j: pgjobq.snooze(c, j.running, 1, timedelta(0)), "lease 1 of job", pgjobq.LeaseLost
+    ),
+    "snooze-unknown-id": remote(
+        lambda c, _: pgjobq.snooze(c, 424242, 1, timedelta(0)), "424242", pgjobq.JobNotFound
+    ),
+    "configure-max-attempts-zero": remote(
+        lambda c, _: pgjobq.configure_queue(c, "default", max_attempts=0), "max_attempts"
+    ),
+    "configure-backoff-base-negative": remote(
+        lambda c, _: pgjobq.configure_queue(c, "default", backoff_base=timedelta(seconds=-1)), "backoff_base"
+    ),
+    "configure-unset-unknown": remote(
+        lambda c, _: pgjobq.configure_queue(c, "default", unset=["colour"]), "unset"
+    ),
+    "configure-bad-queue": remote(lambda c, _: pgjobq.configure_queue(c, "Bad-Queue"), "queue must"),
+    "pause-bad-queue": remote(lambda c, _: pgjobq.pause(c, "Bad-Queue"), "queue must"),
+    "job-unknown-id": remote(lambda c, _: pgjobq.job(c, 424242), "424242", pgjobq.JobNotFound),
+    "watch-unknown-id": remote(lambda c, _: pgjobq.watch(c, 424242), "424242", pgjobq.JobNotFound),
     "claim-lease-timeout-zero": remote(
         lambda c, _: pgjobq.claim(c, "default", 1, "w", lease_timeout=timedelta(0)), "lease_timeout must be"
     ),

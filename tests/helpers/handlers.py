@@ -120,3 +120,22 @@ class _AsyncRecorder:
 
 
 async_callable_record = _AsyncRecorder()
+
+
+__all__ += ["return_payload", "stop_when_cancelled"]
+
+
+def return_payload(job: Job) -> object:
+    """Records, then returns payload["result"] (None when absent): the job's result."""
+    _record(job)
+    return job.payload.get("result")
+
+
+def stop_when_cancelled(job: Job) -> None:
+    """Records the start, waits for the job's cancel request (payload["wait"] seconds at most, 60 by
+    default), records the finish, and raises if the request came (the job then ends cancelled)."""
+    _record(job, finished=False)
+    asked = job.cancel_requested.wait(float(job.payload.get("wait", 60)))
+    _record(job)
+    if asked:
+        raise RuntimeError(f"job {job.id} stopped: cancel requested")

@@ -157,7 +157,8 @@ def test_several_workers_on_one_pooled_server_connection_run_every_job_once_and_
             " ARRAY(SELECT id FROM jobq.claim('default', 1000, 'bloat')), array_fill(1::bigint, ARRAY[1000]))"
         )
     assert scalar(db, "SELECT count(*) FROM jobq.jobs WHERE status = 'done'") == 2_000
-    assert scalar(db, "SELECT count(*) FROM jobq._claim_hints") == 0
+    # no forward position yet (the queue's row there, if any, only caches its settings)
+    assert scalar(db, "SELECT count(*) FROM jobq._claim_hints WHERE until IS NOT NULL") == 0
     through_bouncer = one_connection_bouncer.dsn(db.info.dbname)
     observer = connect_through(through_bouncer)
     server_pid = scalar(observer, "SELECT pg_backend_pid()")
