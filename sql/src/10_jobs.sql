@@ -68,7 +68,7 @@ COMMENT ON COLUMN jobq.jobs.status IS 'queued, running, done, failed or cancelle
 COMMENT ON COLUMN jobq.jobs.priority IS 'Higher runs first; between -32768 and 32767.';
 COMMENT ON COLUMN jobq.jobs.run_at IS 'The job is not claimed before this time (delays and retry backoff).';
 COMMENT ON COLUMN jobq.jobs.attempts IS 'Claims so far; reset by jobq.retry_failed.';
-COMMENT ON COLUMN jobq.jobs.max_attempts IS 'After this many attempts a failure or a stale lease makes the job failed. NULL until claimed: the queue''s max_attempts (jobq.configure_queue), else 3; claim writes the value it applies.';
+COMMENT ON COLUMN jobq.jobs.max_attempts IS 'After this many attempts a failure or a stale lease makes the job failed. NULL: the queue''s max_attempts (jobq.configure_queue), else 3; a claim from a queue with settings writes the value it applies.';
 COMMENT ON COLUMN jobq.jobs.lease IS 'Fencing token: incremented at every claim and never reset. complete, fail, heartbeat and release must present the current one.';
 COMMENT ON COLUMN jobq.jobs.locked_by IS 'The worker that claimed the job last.';
 COMMENT ON COLUMN jobq.jobs.locked_at IS 'When the current lease was taken or last extended by a heartbeat.';

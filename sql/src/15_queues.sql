@@ -126,6 +126,23 @@ REVOKE ALL ON FUNCTION jobq._retry_delay(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._retry_delay(text, integer) TO @extowner@;
 
 /*
+ * jobq._max_attempts(queue): the attempts a job of queue enqueued without
+ * max_attempts gets: the queue's setting, else 3 (what jobq.job shows, and
+ * what jobq.fail and jobq.reap apply to a job whose max_attempts is NULL).
+ */
+CREATE FUNCTION jobq._max_attempts(queue text)
+RETURNS integer
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((SELECT s.max_attempts FROM jobq.queue_settings AS s WHERE s.queue = _max_attempts.queue), 3)
+$$;
+COMMENT ON FUNCTION jobq._max_attempts(text) IS
+    'Internal: the max_attempts of a job of the queue enqueued without one: the queue''s setting, else 3.';
+REVOKE ALL ON FUNCTION jobq._max_attempts(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._max_attempts(text) TO @extowner@;
+
+/*
  * jobq.configure_queue(queue, max_attempts, backoff_base, backoff_max,
  * backoff_jitter, lease_timeout, timeout, unset): the queue's row of
  * jobq.queues after the change.  A NULL argument leaves its setting as it

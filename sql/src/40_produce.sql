@@ -138,8 +138,11 @@ BEGIN
             UPDATE jobq.unique_keys AS k  -- locked by jobq._take_key
                SET job_id = new_id, until_done = _enqueue_unique.unique_scope = 'until_done'
              WHERE k.queue = _enqueue_unique.queue AND k.unique_key = _enqueue_unique.unique_key;
-        ELSIF holder_status = 'done' THEN
-            id := holder_id;  -- done (until_done): nothing left to replace
+        ELSIF holder_status = 'done'
+              AND EXISTS (SELECT FROM jobq.unique_keys AS k  -- locked by jobq._take_key
+                           WHERE k.queue = _enqueue_unique.queue AND k.unique_key = _enqueue_unique.unique_key
+                             AND k.job_id = holder_id AND k.until_done) THEN
+            id := holder_id;  -- done, and it counts (until_done): nothing left to replace
             RETURN;
         END IF;
         -- the holder left the scope meanwhile, or gave up the key: take it again

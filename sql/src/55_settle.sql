@@ -25,25 +25,42 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     marked bigint;
+    also   bigint;
 BEGIN
     IF _acknowledge.results IS NULL THEN
+        -- the jobs without job control: this UPDATE alone
         RETURN QUERY
-        WITH acknowledged AS (
-            UPDATE jobq.jobs AS j
-               SET status = 'done', finished_at = statement_timestamp()
-              -- the arrays through sub-selects, so that the plan cache keeps one
-              -- generic plan (see jobq.claim); the pairs drive the join, one probe
-              -- of the primary key each (with j.id = ANY (ids) as well, the planner
-              -- scanned all the pairs again for every job: n^2 at batch n)
-              FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
-             WHERE j.id = a.id AND j.lease = a.lease
-               -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
-               -- by primary key, the cost stays flat while dead entries pile up there
-               AND (j.status = 'running') IS TRUE
-            RETURNING j.*
-        )
-        -- every row passes; a watched one notifies "jobq.done" on its way
-        SELECT d.* FROM acknowledged AS d WHERE d.control IS NULL OR d.control & 2 = 0 OR jobq._notify_finished(d.id);
+        UPDATE jobq.jobs AS j
+           SET status = 'done', finished_at = statement_timestamp()
+          -- the arrays through sub-selects, so that the plan cache keeps one
+          -- generic plan (see jobq.claim); the pairs drive the join, one probe
+          -- of the primary key each (with j.id = ANY (ids) as well, the planner
+          -- scanned all the pairs again for every job: n^2 at batch n)
+          FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
+         WHERE j.id = a.id AND j.lease = a.lease
+           -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
+           -- by primary key, the cost stays flat while dead entries pile up there
+           AND (j.status = 'running') IS TRUE
+           AND j.control IS NULL
+        RETURNING j.*;
+        GET DIAGNOSTICS marked = ROW_COUNT;
+        IF marked < cardinality(_acknowledge.ids) THEN
+            -- the others: under job control (watched, or asked to cancel),
+            -- stale, or repeated
+            RETURN QUERY
+            WITH acknowledged AS (
+                UPDATE jobq.jobs AS j
+                   SET status = 'done', finished_at = statement_timestamp()
+                  FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
+                 WHERE j.id = a.id AND j.lease = a.lease
+                   AND (j.status = 'running') IS TRUE
+                RETURNING j.*
+            )
+            -- every row passes; a watched one notifies "jobq.done" on its way
+            SELECT d.* FROM acknowledged AS d WHERE d.control & 2 = 0 OR jobq._notify_finished(d.id);
+            GET DIAGNOSTICS also = ROW_COUNT;
+            marked := marked + also;
+        END IF;
     ELSE
         -- the same, storing results; a statement of its own, so that
         -- acknowledging without results keeps its plan
@@ -69,8 +86,8 @@ BEGIN
             ON CONFLICT ON CONSTRAINT results_pkey DO UPDATE SET result = excluded.result
         )
         SELECT d.* FROM acknowledged AS d WHERE d.control IS NULL OR d.control & 2 = 0 OR jobq._notify_finished(d.id);
+        GET DIAGNOSTICS marked = ROW_COUNT;
     END IF;
-    GET DIAGNOSTICS marked = ROW_COUNT;
     IF marked < cardinality(_acknowledge.ids) THEN
         RETURN QUERY
         SELECT j.*
@@ -277,13 +294,13 @@ BEGIN
     END IF;
     UPDATE jobq.jobs AS j
        SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled'  -- a cancel was requested
-                              WHEN j.attempts >= coalesce(j.max_attempts, 3) THEN 'failed'
+                              WHEN j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue)) THEN 'failed'
                               ELSE 'queued' END,
-           run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, 3)
+           run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, jobq._max_attempts(j.queue))
                               THEN statement_timestamp()
                                    + coalesce(fail.retry_in, jobq._retry_delay(j.queue, j.attempts))
                               ELSE j.run_at END,
-           finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, 3)
+           finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue))
                               THEN statement_timestamp() END,
            last_error  = left(fail.error, 2000)
      WHERE j.id = fail.id AND j.lease = fail.lease AND j.status = 'running'

@@ -42,12 +42,12 @@ BEGIN
     ), reaped AS (
         UPDATE jobq.jobs AS j
            SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled'  -- a cancel was requested
-                                  WHEN j.attempts >= coalesce(j.max_attempts, 3) THEN 'failed'
+                                  WHEN j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue)) THEN 'failed'
                                   ELSE 'queued' END,
-               run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, 3)
+               run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, jobq._max_attempts(j.queue))
                                   THEN statement_timestamp() + jobq._retry_delay(j.queue, j.attempts)
                                   ELSE j.run_at END,
-               finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, 3)
+               finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue))
                                   THEN statement_timestamp() END,
                last_error  = right(concat_ws(E'\n', j.last_error,
                                              CASE WHEN expired.deadline <= statement_timestamp()

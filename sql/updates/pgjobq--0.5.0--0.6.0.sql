@@ -27,7 +27,7 @@ ALTER TABLE jobq.jobs
 COMMENT ON TABLE jobq.jobs IS
     'One row per job.  status: queued -> running -> done | failed | cancelled; failed rows are the dead-letter queue.';
 COMMENT ON COLUMN jobq.jobs.status IS 'queued, running, done, failed or cancelled.';
-COMMENT ON COLUMN jobq.jobs.max_attempts IS 'After this many attempts a failure or a stale lease makes the job failed. NULL until claimed: the queue''s max_attempts (jobq.configure_queue), else 3; claim writes the value it applies.';
+COMMENT ON COLUMN jobq.jobs.max_attempts IS 'After this many attempts a failure or a stale lease makes the job failed. NULL: the queue''s max_attempts (jobq.configure_queue), else 3; a claim from a queue with settings writes the value it applies.';
 COMMENT ON COLUMN jobq.jobs.finished_at IS 'When the job became done, failed or cancelled.';
 COMMENT ON COLUMN jobq.jobs.headers IS 'Metadata for the worker (trace context, for example): a JSON object of at most 1 MiB, returned by claim.';
 COMMENT ON COLUMN jobq.jobs.control IS 'Job control, as bits: 1, a cancel was requested (jobq.cancel) while it ran; 2, it is watched (jobq.watch); 4, it was enqueued with a unique key (jobq.unique_keys). NULL: none of these.';
@@ -224,6 +224,23 @@ COMMENT ON FUNCTION jobq._retry_delay(text, integer) IS
     'Internal: the retry delay of a job of the queue after the given number of attempts, by the queue''s backoff settings.';
 REVOKE ALL ON FUNCTION jobq._retry_delay(text, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._retry_delay(text, integer) TO @extowner@;
+
+/*
+ * jobq._max_attempts(queue): the attempts a job of queue enqueued without
+ * max_attempts gets: the queue's setting, else 3 (what jobq.job shows, and
+ * what jobq.fail and jobq.reap apply to a job whose max_attempts is NULL).
+ */
+CREATE FUNCTION jobq._max_attempts(queue text)
+RETURNS integer
+LANGUAGE sql STABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((SELECT s.max_attempts FROM jobq.queue_settings AS s WHERE s.queue = _max_attempts.queue), 3)
+$$;
+COMMENT ON FUNCTION jobq._max_attempts(text) IS
+    'Internal: the max_attempts of a job of the queue enqueued without one: the queue''s setting, else 3.';
+REVOKE ALL ON FUNCTION jobq._max_attempts(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._max_attempts(text) TO @extowner@;
 
 /*
  * jobq.configure_queue(queue, max_attempts, backoff_base, backoff_max,
@@ -701,8 +718,11 @@ BEGIN
             UPDATE jobq.unique_keys AS k  -- locked by jobq._take_key
                SET job_id = new_id, until_done = _enqueue_unique.unique_scope = 'until_done'
              WHERE k.queue = _enqueue_unique.queue AND k.unique_key = _enqueue_unique.unique_key;
-        ELSIF holder_status = 'done' THEN
-            id := holder_id;  -- done (until_done): nothing left to replace
+        ELSIF holder_status = 'done'
+              AND EXISTS (SELECT FROM jobq.unique_keys AS k  -- locked by jobq._take_key
+                           WHERE k.queue = _enqueue_unique.queue AND k.unique_key = _enqueue_unique.unique_key
+                             AND k.job_id = holder_id AND k.until_done) THEN
+            id := holder_id;  -- done, and it counts (until_done): nothing left to replace
             RETURN;
         END IF;
         -- the holder left the scope meanwhile, or gave up the key: take it again
@@ -1321,25 +1341,42 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     marked bigint;
+    also   bigint;
 BEGIN
     IF _acknowledge.results IS NULL THEN
+        -- the jobs without job control: this UPDATE alone
         RETURN QUERY
-        WITH acknowledged AS (
-            UPDATE jobq.jobs AS j
-               SET status = 'done', finished_at = statement_timestamp()
-              -- the arrays through sub-selects, so that the plan cache keeps one
-              -- generic plan (see jobq.claim); the pairs drive the join, one probe
-              -- of the primary key each (with j.id = ANY (ids) as well, the planner
-              -- scanned all the pairs again for every job: n^2 at batch n)
-              FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
-             WHERE j.id = a.id AND j.lease = a.lease
-               -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
-               -- by primary key, the cost stays flat while dead entries pile up there
-               AND (j.status = 'running') IS TRUE
-            RETURNING j.*
-        )
-        -- every row passes; a watched one notifies "jobq.done" on its way
-        SELECT d.* FROM acknowledged AS d WHERE d.control IS NULL OR d.control & 2 = 0 OR jobq._notify_finished(d.id);
+        UPDATE jobq.jobs AS j
+           SET status = 'done', finished_at = statement_timestamp()
+          -- the arrays through sub-selects, so that the plan cache keeps one
+          -- generic plan (see jobq.claim); the pairs drive the join, one probe
+          -- of the primary key each (with j.id = ANY (ids) as well, the planner
+          -- scanned all the pairs again for every job: n^2 at batch n)
+          FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
+         WHERE j.id = a.id AND j.lease = a.lease
+           -- "IS TRUE" keeps the planner from matching jobs_reap_idx's predicate:
+           -- by primary key, the cost stays flat while dead entries pile up there
+           AND (j.status = 'running') IS TRUE
+           AND j.control IS NULL
+        RETURNING j.*;
+        GET DIAGNOSTICS marked = ROW_COUNT;
+        IF marked < cardinality(_acknowledge.ids) THEN
+            -- the others: under job control (watched, or asked to cancel),
+            -- stale, or repeated
+            RETURN QUERY
+            WITH acknowledged AS (
+                UPDATE jobq.jobs AS j
+                   SET status = 'done', finished_at = statement_timestamp()
+                  FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
+                 WHERE j.id = a.id AND j.lease = a.lease
+                   AND (j.status = 'running') IS TRUE
+                RETURNING j.*
+            )
+            -- every row passes; a watched one notifies "jobq.done" on its way
+            SELECT d.* FROM acknowledged AS d WHERE d.control & 2 = 0 OR jobq._notify_finished(d.id);
+            GET DIAGNOSTICS also = ROW_COUNT;
+            marked := marked + also;
+        END IF;
     ELSE
         -- the same, storing results; a statement of its own, so that
         -- acknowledging without results keeps its plan
@@ -1365,8 +1402,8 @@ BEGIN
             ON CONFLICT ON CONSTRAINT results_pkey DO UPDATE SET result = excluded.result
         )
         SELECT d.* FROM acknowledged AS d WHERE d.control IS NULL OR d.control & 2 = 0 OR jobq._notify_finished(d.id);
+        GET DIAGNOSTICS marked = ROW_COUNT;
     END IF;
-    GET DIAGNOSTICS marked = ROW_COUNT;
     IF marked < cardinality(_acknowledge.ids) THEN
         RETURN QUERY
         SELECT j.*
@@ -1573,13 +1610,13 @@ BEGIN
     END IF;
     UPDATE jobq.jobs AS j
        SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled'  -- a cancel was requested
-                              WHEN j.attempts >= coalesce(j.max_attempts, 3) THEN 'failed'
+                              WHEN j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue)) THEN 'failed'
                               ELSE 'queued' END,
-           run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, 3)
+           run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, jobq._max_attempts(j.queue))
                               THEN statement_timestamp()
                                    + coalesce(fail.retry_in, jobq._retry_delay(j.queue, j.attempts))
                               ELSE j.run_at END,
-           finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, 3)
+           finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue))
                               THEN statement_timestamp() END,
            last_error  = left(fail.error, 2000)
      WHERE j.id = fail.id AND j.lease = fail.lease AND j.status = 'running'
@@ -1869,12 +1906,12 @@ BEGIN
     ), reaped AS (
         UPDATE jobq.jobs AS j
            SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled'  -- a cancel was requested
-                                  WHEN j.attempts >= coalesce(j.max_attempts, 3) THEN 'failed'
+                                  WHEN j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue)) THEN 'failed'
                                   ELSE 'queued' END,
-               run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, 3)
+               run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, jobq._max_attempts(j.queue))
                                   THEN statement_timestamp() + jobq._retry_delay(j.queue, j.attempts)
                                   ELSE j.run_at END,
-               finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, 3)
+               finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue))
                                   THEN statement_timestamp() END,
                last_error  = right(concat_ws(E'\n', j.last_error,
                                              CASE WHEN expired.deadline <= statement_timestamp()

@@ -20,7 +20,19 @@ workers' own jobq.reap() calls; only the producer and the evidence queries
 run as the superuser.  Meanwhile:
 
 - a producer thread enqueues the jobs steadily over the fault window and
-  logs every id it was given, once its transaction committed;
+  logs every id it was given, once its transaction committed.  A fifth of
+  them carry a unique key from a small key space (scope active or
+  until_done, on_conflict return or replace, drawn per batch, run_at up to
+  1.5 s ahead), so that keys conflict: an enqueue is given the holder's id,
+  replaces a queued holder's payload, or makes a running holder give up its
+  key.  A third of the handlers return a result ({"echo": n}) and a tenth
+  snooze (pgjobq.Snooze) at their first one or two claims;
+- a canceller thread, logging in as an admin-level role, cancels with plain
+  SQL (jobq.cancel) a random running job and a recent one every 0.5 s
+  (0.25 s in the full run), half the time with force, and records what
+  each cancel returned in the same statement; a handler hearing a cancel
+  request stops (the job ends cancelled).  It also samples the unique keys
+  held twice;
 - a chaos thread, until the producer is done and the workers have caught
   up, SIGKILLs a random worker every 2 s and starts a replacement,
   terminates a random worker connection every second
@@ -34,11 +46,17 @@ run as the superuser.  Meanwhile:
 
 Then the workers drain the queue, get SIGTERM, and SQL over the evidence
 checks the invariants, printed as a table; the exit status is 1 when one
-fails.  Besides no job lost, no overlapping leases and the rest, they prove
-the leases: every claim and heartbeat under its worker's own length, every
-reap after the lease it took had expired, every change of a job made by the
-worker-level role.  tests/worker/test_chaos.py runs the short version and
-asserts each.
+fails.  Besides no job lost (a cancelled one is accounted for, when it was
+cancelled), no overlapping leases and the rest, they prove the leases:
+every claim and heartbeat under its worker's own length, every reap after
+the lease it took had expired, every change of a job made by the
+worker-level role (or a cancel's by the canceller, a key given up by the
+producer).  And job control: never two holders of a unique key at once
+(from the transition log, at the end and sampled), no force-cancelled job
+ever done, every result what its handler returned, cancelled absorbing (no
+claim after it), jobs asked to stop done or cancelled and never rerun,
+snoozes giving their attempt back and no claim before run_at.
+tests/worker/test_chaos.py runs the short version and asserts each.
 """
 
 from __future__ import annotations
@@ -54,10 +72,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, Any
 
@@ -75,7 +93,7 @@ for folder in ("tools", "tests"):  # run as a program, only tests/helpers is on 
     if str(ROOT / folder) not in sys.path:
         sys.path.insert(0, str(ROOT / folder))
 
-from helpers.chaos_handlers import SCHEMA_DDL, handler_grants  # noqa: E402
+from helpers.chaos_handlers import SCHEMA_DDL, canceller_grants, handler_grants, result_of  # noqa: E402
 from helpers.processes import cpu_seconds, pgjobq_command, process_env, wait_until  # noqa: E402
 from helpers.sqlhelpers import Db  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
@@ -84,6 +102,7 @@ __all__ = ["ChaosConfig", "Invariant", "Report", "evidence", "main", "privileges
 
 QUEUE = "chaos"
 WORKER_ROLE = "chaos_worker"  # the workers' login role: the worker level and the handler's tables
+CANCELLER_ROLE = "chaos_admin"  # the canceller's login role: the admin level and chaos.cancels
 
 
 @dataclass(frozen=True)
@@ -107,6 +126,25 @@ class ChaosConfig:
     stop_leases: float = 3.0  # SIGSTOP lasts this many lease lengths of the stopped worker
     fail_every: int = 50  # job n with n % fail_every == 7 fails on purpose (max_attempts 1)
     max_attempts: int = 100  # for the others: chaos alone never exhausts them
+    # job control (0.6.0).  Job n is enqueued with a unique key when n % key_every is 5 or 6 (so
+    # plain and effects mode), from a small key space so that keys conflict: "a<k>" (scope active)
+    # or "u<k>" (until_done), on_conflict return or replace, each chosen per producer batch, and
+    # run_at up to keyed_delay s ahead (a scheduled holder holds its key).  Its handler returns
+    # a result when n % result_every == 0, and snoozes (snooze_ms, for one or two claims) when
+    # n % snooze_every is 4 or 5.  A canceller cancels a running job and a recent one every
+    # cancel_every, a share force_share of them with force, and samples the unique holders every
+    # sample_every.
+    key_every: int = 10
+    active_keys: int = 6
+    until_done_keys: int = 40
+    keyed_delay: float = 1.5
+    result_every: int = 3
+    snooze_every: int = 20
+    snooze_ms: tuple[int, int] = (100, 800)
+    cancel_every: float = 0.5
+    cancel_recent: int = 40  # the recent ids: among the last this many acknowledged to the producer
+    force_share: float = 0.5
+    sample_every: float = 3.0
     down_for: float = 3.0  # a restart keeps the server down this long, so backoff and quiet show
     reconnect_limit: float = 15.0
     seed: int = 20240601
@@ -128,6 +166,10 @@ class ChaosConfig:
             produce_seconds=360,
             concurrency=20,
             drain_timeout=600,
+            active_keys=20,
+            until_done_keys=400,
+            cancel_every=0.25,
+            cancel_recent=400,
         )
 
     def lease_of(self, slot: int) -> float:
@@ -325,15 +367,29 @@ class Fleet:
 
 
 class Producer(threading.Thread):
-    """Enqueues the jobs steadily over produce_seconds; keeps every id acknowledged by a commit."""
+    """Enqueues the jobs steadily over produce_seconds; keeps every id acknowledged by a commit.
+
+    Each batch is one transaction of up to three jobq.enqueue_many: the
+    ordinary jobs, the jobs failing on purpose (max_attempts 1), and the
+    keyed jobs (unique_keys), whose scope and on_conflict are drawn per
+    batch.  A keyed enqueue may be given the id of the job already holding
+    its key (a conflict): acked then holds that id again.
+    """
 
     def __init__(self, dsn: str, config: ChaosConfig, id_log: Path) -> None:
         super().__init__(name="producer", daemon=True)
         self.dsn = dsn
         self.config = config
         self.id_log = id_log
-        self.acked: list[int] = []
+        self.acked: list[int] = []  # in the order given, an id again for each conflict it won
         self.failed_batches = 0  # transactions that raised (their jobs may or may not exist)
+        self.keyed = 0  # keyed enqueues committed
+        self.conflicts = 0  # of which were given a job that held the key already
+        self.variants: dict[tuple[str, str], int] = {}  # keyed enqueues by (unique_scope, on_conflict)
+        self._newest = 0  # the highest id acknowledged so far
+        # (payload number, id given) of each committed replace of an active-scope key: the job given must
+        # run that payload or a later one (a later replace's, whose number is higher)
+        self.replaced: list[tuple[int, int]] = []
         self.error: BaseException | None = None
         self._abort = threading.Event()
         self._rng = random.Random(config.seed)
@@ -348,13 +404,48 @@ class Producer(threading.Thread):
             self.error = exc
 
     def _payload(self, n: int) -> dict[str, Any]:
-        low, high = self.config.handler_ms
-        return {
+        c = self.config
+        low, high = c.handler_ms
+        payload: dict[str, Any] = {
             "n": n,
             "ms": self._rng.randint(low, high),
             "mode": "effects" if n % 2 == 0 else "plain",
-            "fail": n % self.config.fail_every == 7,
+            "fail": n % c.fail_every == 7,
         }
+        if n % c.result_every == 0:
+            payload["result"] = True
+        if n % c.snooze_every in (4, 5):
+            payload["snooze"] = 1 + (n // c.snooze_every) % 2  # snoozes at its first one or two claims
+            payload["snooze_ms"] = self._rng.randint(*c.snooze_ms)
+        return payload
+
+    def _keyed(self, n: int) -> bool:
+        return n % self.config.key_every in (5, 6)  # never a job failing on purpose (n % 50 == 7)
+
+    def _enqueue_keyed(
+        self, conn: psycopg.Connection[Any], payloads: list[dict[str, Any]]
+    ) -> tuple[list[int], tuple[str, str]]:
+        """Enqueue payloads with unique keys in one enqueue_many; their ids and (scope, on_conflict)."""
+        c = self.config
+        scope = self._rng.choice(["active", "until_done"])
+        on_conflict = self._rng.choice(["return", "replace"])
+        space = c.active_keys if scope == "active" else c.until_done_keys
+        keys = [f"{scope[0]}{self._rng.randrange(space)}" for _ in payloads]
+        for payload, key in zip(payloads, keys, strict=True):
+            payload["key"] = key
+        run_at = datetime.now(timezone.utc) + timedelta(seconds=self._rng.uniform(0, c.keyed_delay))
+        ids = pgjobq.enqueue_many(
+            conn, QUEUE, payloads, max_attempts=c.max_attempts, run_at=run_at,
+            unique_keys=keys, unique_scope=scope, on_conflict=on_conflict,
+        )  # fmt: skip
+        assert None not in ids, "neither return nor replace skips"
+        return [i for i in ids if i is not None], (scope, on_conflict)
+
+    def _note_replaces(
+        self, payloads: list[dict[str, Any]], ids: list[int], variant: tuple[str, str]
+    ) -> None:
+        if variant == ("active", "replace"):
+            self.replaced.extend((int(p["n"]), job_id) for p, job_id in zip(payloads, ids, strict=True))
 
     def _produce(self) -> None:
         c = self.config
@@ -370,17 +461,23 @@ class Producer(threading.Thread):
                     time.sleep(0.02)
                     continue
                 payloads = [self._payload(numbered + k) for k in range(size)]
+                keyed = [p for p in payloads if self._keyed(p["n"])]
                 numbered += size
                 try:
                     if conn is None or conn.closed:
                         conn = psycopg.connect(self.dsn, application_name="chaos producer")
                     with conn.transaction():
                         ids = pgjobq.enqueue_many(
-                            conn, QUEUE, [p for p in payloads if not p["fail"]], max_attempts=c.max_attempts
+                            conn,
+                            QUEUE,
+                            [p for p in payloads if not p["fail"] and not self._keyed(p["n"])],
+                            max_attempts=c.max_attempts,
                         )
                         ids += pgjobq.enqueue_many(
                             conn, QUEUE, [p for p in payloads if p["fail"]], max_attempts=1
                         )
+                        keyed_ids, variant = self._enqueue_keyed(conn, keyed) if keyed else ([], None)
+                # 40001 (a unique enqueue that could not settle) and 40P01 are OperationalErrors too
                 except (psycopg.OperationalError, psycopg.InterfaceError):
                     self.failed_batches += 1
                     if conn is not None:
@@ -388,11 +485,165 @@ class Producer(threading.Thread):
                     conn = None
                     time.sleep(0.2)
                     continue
+                # a conflict: given a job older than this transaction (ids come from one sequence,
+                # and only this thread enqueues), or one this call was given already
+                fresh: set[int] = set()
+                for job_id in keyed_ids:
+                    if job_id <= self._newest or job_id in fresh:
+                        self.conflicts += 1
+                    fresh.add(job_id)
+                self._newest = max([self._newest, *ids, *keyed_ids])
+                if variant is not None:
+                    self._note_replaces(keyed, keyed_ids, variant)
+                    self.keyed += len(keyed_ids)
+                    self.variants[variant] = self.variants.get(variant, 0) + len(keyed_ids)
+                ids += keyed_ids
                 self.acked.extend(ids)  # committed: these ids are promised
                 id_log.write("".join(f"{i}\n" for i in ids))
                 id_log.flush()
         if conn is not None:
             conn.close()
+
+
+# -- canceller ---------------------------------------------------------------
+
+# jobq.cancel and the record of what it returned, in one statement (so one
+# transaction): the record exists exactly when the cancel committed, also
+# when the connection breaks before the reply.
+CANCEL_AND_RECORD = """
+WITH cancelled AS (
+    SELECT c.id, c.status FROM jobq.cancel(%(ids)s::bigint[], %(force)s) AS c
+)
+INSERT INTO chaos.cancels (job_id, force, status)
+SELECT c.id, %(force)s, c.status FROM cancelled AS c
+RETURNING job_id, status
+"""
+
+# More than one job of a queue holding the same unique key now: a job that
+# became a key's holder (chaos.holders, the last time) counts while queued or
+# running, or done when it took the key until_done, unless it gave the key
+# up to a replacement (chaos.gave_up_key).  Sampled during the run, checked at
+# the end.
+SHARED_KEYS = """
+WITH latest AS (
+    SELECT DISTINCT ON (h.job_id) h.job_id, h.queue, h.unique_key, h.until_done
+      FROM chaos.holders AS h
+     ORDER BY h.job_id, h.seq DESC
+), counting AS (
+    SELECT l.* FROM latest AS l JOIN jobq.jobs AS j ON j.id = l.job_id
+     WHERE j.status IN ('queued', 'running') OR (j.status = 'done' AND l.until_done)
+), crowded AS (
+    SELECT c.queue, c.unique_key FROM counting AS c GROUP BY c.queue, c.unique_key HAVING count(*) > 1
+)
+SELECT count(*) AS shared
+  FROM (SELECT FROM counting AS c JOIN crowded USING (queue, unique_key)
+         WHERE NOT EXISTS (SELECT FROM chaos.gave_up_key AS g
+                            WHERE g.job_id = c.job_id AND g.queue = c.queue AND g.unique_key = c.unique_key)
+         GROUP BY c.queue, c.unique_key
+        HAVING count(*) > 1) AS d
+"""
+
+
+class Canceller(threading.Thread):
+    """Cancels jobs with plain SQL, as the admin-level role CANCELLER_ROLE, until stopped.
+
+    Every cancel_every it cancels, in one jobq.cancel, a random running job
+    (of a live worker: one whose lease was taken or extended in the last 2 s)
+    and a random one among the ids the producer was given last (most of
+    them queued or scheduled; some running or finished already), with force
+    a share force_share of the time; what jobq.cancel returned is recorded in
+    chaos.cancels by the same statement (CANCEL_AND_RECORD).  Every
+    sample_every it counts the unique keys held by more than one job
+    (SHARED_KEYS).  Connection errors (restarts, deadlocks) skip a round.
+    """
+
+    def __init__(self, dsn: str, config: ChaosConfig, producer: Producer) -> None:
+        super().__init__(name="canceller", daemon=True)
+        self.dsn = dsn
+        self.config = config
+        self.producer = producer
+        self.rng = random.Random(config.seed + 2)
+        self.calls = 0  # jobq.cancel calls committed
+        self.failed_calls = 0  # that raised (their cancels may or may not have committed)
+        self.deadlocks = 0  # of which were deadlocks (40P01)
+        self.refused: dict[str, int] = {}  # other errors (a broken jobq.cancel): first line -> how many
+        self.returned: dict[tuple[bool, str], int] = {}  # (force, status returned) -> jobs
+        self.samples = 0
+        self.shared_seen = 0  # unique keys seen held twice, summed over the samples
+        self.error: BaseException | None = None
+        self._stopping = threading.Event()
+        self._conn: Db | None = None
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        try:
+            self._cancel_until_stopped()
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+
+    def _db(self) -> Db:
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(
+                self.dsn, autocommit=True, row_factory=dict_row, application_name="chaos canceller",
+                connect_timeout=2,
+            )  # fmt: skip
+        return self._conn
+
+    def _cancel_until_stopped(self) -> None:
+        c = self.config
+        next_sample = time.monotonic() + c.sample_every
+        while not self._stopping.wait(c.cancel_every):
+            self._guarded(self._cancel_some)
+            if time.monotonic() >= next_sample:
+                next_sample = time.monotonic() + c.sample_every
+                self._guarded(self._sample)
+
+    def _guarded(self, action: Callable[[], None]) -> None:
+        """Run action; a connection error (or deadlock) skips it, another error is counted in refused."""
+        try:
+            action()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if isinstance(exc, psycopg.errors.DeadlockDetected):
+                self.deadlocks += 1
+            self.failed_calls += 1
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = None
+        except psycopg.Error as exc:  # counted, and the run goes on: the invariant table says it
+            message = f"{exc.sqlstate}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            self.refused[message] = self.refused.get(message, 0) + 1
+
+    def _sample(self) -> None:
+        self.shared_seen += int(self._db().execute(SHARED_KEYS).fetchall()[0]["shared"])
+        self.samples += 1
+
+    def _cancel_some(self) -> None:
+        c = self.config
+        conn = self._db()
+        # running under a lease taken or extended in the last 2 s: the jobs of a killed or stopped
+        # worker are left to the reapers (the reap invariants need them)
+        running = conn.execute(
+            "SELECT id FROM jobq.jobs WHERE queue = %s AND status = 'running'"
+            " AND locked_at > statement_timestamp() - interval '2 seconds'",
+            (QUEUE,),
+        ).fetchall()
+        ids = [self.rng.choice(running)["id"]] if running else []
+        recent = self.producer.acked[-c.cancel_recent :]
+        if recent:
+            ids.append(self.rng.choice(recent))
+        if not ids:
+            return
+        force = self.rng.random() < c.force_share
+        rows = conn.execute(CANCEL_AND_RECORD, {"ids": sorted(set(ids)), "force": force}).fetchall()
+        self.calls += 1
+        for row in rows:
+            key = (force, str(row["status"]))
+            self.returned[key] = self.returned.get(key, 0) + 1
 
 
 # -- chaos -----------------------------------------------------------------
@@ -658,11 +909,35 @@ class Chaos(threading.Thread):
 
 # -- checks ----------------------------------------------------------------
 
+# An acknowledged job is accounted for when it is done (failed, for a job
+# failing on purpose), or cancelled after a cancel that returned cancelled
+# or cancel_requested for it, or failed after giving up its retries to a
+# replacement (on_conflict replace met it running: a lost attempt then ends
+# it).  And no job, acknowledged or not, is cancelled that was not cancelled.
 LOST = """
-SELECT count(*) AS lost, count(*) FILTER (WHERE j.id IS NULL) AS missing
-  FROM chaos.acked AS a LEFT JOIN jobq.jobs AS j ON j.id = a.id
- WHERE j.id IS NULL
-    OR j.status <> CASE WHEN (j.payload->>'fail')::boolean THEN 'failed' ELSE 'done' END
+WITH judged AS (
+    SELECT j.id, j.status,
+           j.id IS NOT NULL AND CASE j.status
+               WHEN 'done' THEN (j.payload->>'fail')::boolean IS NOT TRUE
+               WHEN 'failed' THEN (j.payload->>'fail')::boolean IS TRUE
+                                  OR EXISTS (SELECT FROM chaos.gave_up_key AS g WHERE g.job_id = j.id)
+               WHEN 'cancelled' THEN EXISTS (SELECT FROM chaos.cancels AS c
+                                              WHERE c.job_id = j.id
+                                                AND c.status IN ('cancelled', 'cancel_requested'))
+                                     OR EXISTS (SELECT FROM chaos.gave_up_key AS g WHERE g.job_id = j.id)
+               ELSE false END AS accounted
+      FROM chaos.acked AS a LEFT JOIN jobq.jobs AS j ON j.id = a.id
+)
+SELECT count(*) FILTER (WHERE NOT accounted) AS lost,
+       count(*) FILTER (WHERE id IS NULL) AS missing,
+       count(*) FILTER (WHERE accounted AND status = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE accounted AND status = 'failed') AS failed,
+       (SELECT count(*) FROM jobq.jobs AS x
+         WHERE x.status = 'cancelled'
+           AND NOT EXISTS (SELECT FROM chaos.cancels AS c
+                            WHERE c.job_id = x.id AND c.status IN ('cancelled', 'cancel_requested'))
+           AND NOT EXISTS (SELECT FROM chaos.gave_up_key AS g WHERE g.job_id = x.id)) AS spurious
+  FROM judged
 """
 
 DOUBLE_CLAIMS = """
@@ -708,14 +983,20 @@ WITH per_lease AS (
     SELECT job_id, lease, count(*) AS n, lease < max(lease) OVER (PARTITION BY job_id) AS superseded
       FROM chaos.executions
      GROUP BY job_id, lease
-), reaped AS (
-    SELECT DISTINCT job_id, old_lease AS lease FROM chaos.transitions WHERE reaped
+), given_up AS (
+    -- the lease was reaped, or its handler snoozed and jobq.snooze queued the job again
+    SELECT job_id, old_lease AS lease FROM chaos.transitions WHERE reaped
+    UNION
+    SELECT t.job_id, t.old_lease
+      FROM chaos.transitions AS t
+      JOIN chaos.executions AS e ON e.job_id = t.job_id AND e.lease = t.old_lease AND e.outcome = 'snoozed'
+     WHERE t.old_status = 'running' AND t.new_status = 'queued' AND NOT t.reaped
 )
 SELECT (SELECT count(*) FROM chaos.executions) AS executions,
        (SELECT count(*) - count(DISTINCT job_id) FROM chaos.executions) AS duplicates,
        (SELECT count(*) FROM per_lease WHERE n > 1) AS same_lease,
-       (SELECT count(*) FROM per_lease AS p LEFT JOIN reaped AS r USING (job_id, lease)
-         WHERE p.superseded AND r.job_id IS NULL) AS unexplained
+       (SELECT count(*) FROM per_lease AS p LEFT JOIN given_up AS g USING (job_id, lease)
+         WHERE p.superseded AND g.job_id IS NULL) AS unexplained
 """
 
 EFFECTS = """
@@ -736,6 +1017,7 @@ COUNTS = """
 SELECT count(*) AS jobs,
        count(*) FILTER (WHERE status = 'done') AS done,
        count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
        count(*) FILTER (WHERE status IN ('queued', 'running')) AS unfinished,
        count(*) FILTER (WHERE payload->>'mode' = 'effects') AS effects_mode,
        (SELECT count(*) FROM chaos.transitions WHERE reaped) AS reaps,
@@ -753,9 +1035,10 @@ SELECT count(*) AS reaps,
  WHERE reaped
 """
 
-# Every claim and every heartbeat (running -> running, same lease) leaves the
-# job under a lease of its worker's own length: leases[i] seconds for the
-# worker names[i] (a name not among them counts as wrong).
+# Every claim and every heartbeat (running -> running, same lease, a new
+# expiry: not a cancel request, nor a key given up) leaves the job under a
+# lease of its worker's own length: leases[i] seconds for the worker
+# names[i] (a name not among them counts as wrong).
 LEASE_LENGTHS = """
 WITH fleet AS (
     SELECT f.worker, make_interval(secs => f.seconds) AS length
@@ -765,6 +1048,7 @@ WITH fleet AS (
            f.length AS expected
       FROM chaos.transitions AS t LEFT JOIN fleet AS f ON f.worker = t.locked_by
      WHERE t.new_status = 'running'
+       AND (t.new_lease <> t.old_lease OR t.new_lease_expires_at IS DISTINCT FROM t.old_lease_expires_at)
 )
 SELECT count(*) FILTER (WHERE claim) AS claims,
        count(*) FILTER (WHERE NOT claim) AS heartbeats,
@@ -777,11 +1061,180 @@ SELECT count(*) FILTER (WHERE claim) AS claims,
 
 # Who changed the jobs: the login role of the session (session_user), whose
 # SECURITY DEFINER calls of the extension's functions run as their owner.
+# Besides the workers' role, only two may, and only so: the canceller
+# (cancelling a queued or running job, or asking a running one to stop,
+# lease untouched) and the producer (a running holder giving up its key to
+# a replacement).  NULL names no role.
 ROLES = """
 SELECT count(*) AS changes,
-       count(*) FILTER (WHERE by_role <> %(role)s) AS foreign,
+       count(*) FILTER (WHERE (
+           by_role = %(role)s
+           OR (by_role = %(canceller)s AND old_lease = new_lease
+               AND old_lease_expires_at IS NOT DISTINCT FROM new_lease_expires_at
+               AND ((old_status IN ('queued', 'running') AND new_status = 'cancelled')
+                    OR (old_status = 'running' AND new_status = 'running'
+                        AND new_cancel_requested AND NOT old_cancel_requested)))
+           OR (by_role = %(producer)s AND old_status = 'running' AND new_status = 'running'
+               AND old_lease = new_lease
+               AND (new_max_attempts < old_max_attempts
+                    OR (new_cancel_requested AND NOT old_cancel_requested))
+               AND old_lease_expires_at IS NOT DISTINCT FROM new_lease_expires_at)
+       ) IS NOT TRUE) AS foreign,
+       count(*) FILTER (WHERE by_role = %(canceller)s) AS by_canceller,
+       count(*) FILTER (WHERE by_role = %(producer)s) AS by_producer,
        count(*) FILTER (WHERE reaped AND by_role = %(role)s) AS reaps_by_role
   FROM chaos.transitions
+"""
+
+# (1) Unique keys: no two jobs of a queue hold one key at once.  Each time
+# a job becomes a key's holder (chaos.holders: its insert with the key, or
+# its taking over the key's row, at that statement's clock), the holder
+# before it must have left the scope first: failed, cancelled, done (unless
+# it took the key until_done), or given the key up to a replacement (while
+# running: by losing its retries, or by a cancel request, in the transaction
+# that gave the key to the next holder: chaos.gave_up_key).  Its leaving is
+# logged before it commits, and the taker, which judges it committed, logs
+# after: so a sound history never shows a taker before the leaving.  Plus:
+# keyed jobs (a key in their payload) that never held their key.
+# (SHARED_KEYS counts the holders now.)
+UNIQUE = """
+WITH chain AS (
+    SELECT h.*, lead(h.job_id) OVER w AS next_job, lead(h.at) OVER w AS next_at,
+           lead(h.xid) OVER w AS next_xid
+      FROM chaos.holders AS h
+    WINDOW w AS (PARTITION BY h.queue, h.unique_key ORDER BY h.seq)
+)
+SELECT count(*) AS holders,
+       count(DISTINCT c.unique_key) AS keys,
+       count(*) FILTER (WHERE c.until_done) AS until_done,
+       count(*) FILTER (
+           WHERE c.next_job IS NOT NULL AND c.next_job <> c.job_id
+             AND NOT EXISTS (SELECT FROM chaos.transitions AS t
+                              WHERE t.job_id = c.job_id AND t.at < c.next_at
+                                AND (t.new_status IN ('failed', 'cancelled')
+                                     OR (t.new_status = 'done' AND NOT c.until_done)))
+             AND NOT EXISTS (SELECT FROM chaos.given_up AS g
+                              WHERE g.job_id = c.job_id AND g.xid = c.next_xid AND g.at <= c.next_at)
+       ) AS overlaps,
+       (SELECT count(*) FROM chaos.gave_up_key) AS given_up,
+       (SELECT count(*) FROM jobq.jobs AS j
+         WHERE j.payload ? 'key' AND NOT EXISTS (SELECT FROM chaos.holders AS x WHERE x.job_id = j.id))
+           AS unlogged
+  FROM chain AS c
+"""
+
+# A replace (on_conflict => 'replace', scope active) never drops its
+# payload: the job it was given runs it (a job inserted with it, or a queued
+# holder that took it), or a later replace's (a higher number).  Not a done
+# holder's old payload: that one no longer held the key.
+REPLACES = """
+SELECT count(*) AS replaces,
+       count(*) FILTER (WHERE j.id IS NULL OR (j.payload->>'n')::bigint < r.n) AS dropped,
+       count(*) FILTER (WHERE (j.payload->>'n')::bigint = r.n) AS own,
+       count(*) FILTER (WHERE j.id IS NULL OR (j.payload->>'n')::bigint < r.n AND j.status = 'done')
+           AS dropped_done
+  FROM chaos.replaced AS r LEFT JOIN jobq.jobs AS j ON j.id = r.job_id
+"""
+
+# (2) A job whose cancel with force returned 'cancelled' never becomes done,
+# then or later (it was queued, scheduled, running or cancelled already, so
+# never done before either).  while_running: those the canceller's own
+# change took from running to cancelled.
+FORCED = """
+SELECT count(*) AS forced,
+       count(*) FILTER (WHERE EXISTS (SELECT FROM chaos.transitions AS t
+                                       WHERE t.job_id = f.job_id AND t.old_status = 'running'
+                                         AND t.new_status = 'cancelled' AND t.by_role = %(canceller)s))
+           AS while_running,
+       count(*) FILTER (WHERE j.status IS DISTINCT FROM 'cancelled') AS not_cancelled,
+       count(*) FILTER (WHERE j.status = 'done'
+                           OR EXISTS (SELECT FROM chaos.transitions AS t
+                                       WHERE t.job_id = f.job_id AND t.new_status = 'done')) AS done
+  FROM (SELECT DISTINCT c.job_id FROM chaos.cancels AS c WHERE c.force AND c.status = 'cancelled') AS f
+  LEFT JOIN jobq.jobs AS j ON j.id = f.job_id
+"""
+
+# (3) Results: a done job holds what its handler returned for its payload
+# (helpers.chaos_handlers.result_of: {"echo": n} or nothing); no other job
+# holds one.  {result}: the job's result, wherever the extension keeps it.
+RESULTS = """
+SELECT count(*) FILTER (WHERE status = 'done') AS done,
+       count(*) FILTER (WHERE status = 'done' AND result IS NOT NULL) AS with_result,
+       count(*) FILTER (WHERE status = 'done'
+                          AND result IS DISTINCT FROM CASE WHEN (payload->>'result')::boolean
+                                                           THEN jsonb_build_object('echo', payload->'n') END)
+     + count(*) FILTER (WHERE status <> 'done' AND result IS NOT NULL) AS wrong
+  FROM (SELECT j.status, j.payload, {result} AS result FROM jobq.jobs AS j) AS j
+"""
+
+
+def result_column(conn: Db) -> str:
+    """The SQL for the result of the job j: a column of jobq.jobs, or a row of jobq.results (0.6.0 keeps
+    it in one or the other)."""
+    row = _one(conn, "SELECT to_regclass('jobq.results') IS NOT NULL AS separate")
+    return "(SELECT r.result FROM jobq.results AS r WHERE r.id = j.id)" if row["separate"] else "j.result"
+
+
+# (4) Cancelled is absorbing: from a job's first transition to cancelled on,
+# no transition of it (so no claim), no execution under a later lease, and
+# it ends cancelled.  Plus jobs cancelled without a logged transition.
+ABSORBING = """
+WITH first AS (
+    SELECT DISTINCT ON (job_id) job_id, seq, new_lease AS lease, old_status
+      FROM chaos.transitions
+     WHERE new_status = 'cancelled'
+     ORDER BY job_id, seq
+)
+SELECT count(*) AS cancelled,
+       count(*) FILTER (WHERE f.old_status = 'running') AS from_running,
+       count(*) FILTER (WHERE j.status IS DISTINCT FROM 'cancelled') AS not_cancelled,
+       (SELECT count(*) FROM chaos.transitions AS t JOIN first AS x USING (job_id) WHERE t.seq > x.seq)
+           AS changed_after,
+       (SELECT count(*) FROM chaos.executions AS e JOIN first AS x USING (job_id) WHERE e.lease > x.lease)
+           AS claimed_after,
+       (SELECT count(*) FROM jobq.jobs AS y
+         WHERE y.status = 'cancelled' AND NOT EXISTS (SELECT FROM first AS x WHERE x.job_id = y.id))
+           AS unlogged
+  FROM first AS f LEFT JOIN jobq.jobs AS j ON j.id = f.job_id
+"""
+
+# A running job asked to stop (a cancel without force) ends done (its handler
+# finished) or cancelled (it stopped, or its lease ended), and is never
+# claimed again.
+CANCEL_REQUESTS = """
+WITH asked AS (
+    SELECT DISTINCT ON (job_id) job_id, new_lease AS lease
+      FROM chaos.transitions
+     WHERE old_status = 'running' AND new_status = 'running'
+       AND new_cancel_requested AND NOT old_cancel_requested
+     ORDER BY job_id, seq
+)
+SELECT count(*) AS asked,
+       count(*) FILTER (WHERE j.status = 'done') AS done,
+       count(*) FILTER (WHERE j.status = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE j.status IS NULL OR j.status NOT IN ('done', 'cancelled')) AS wrong_end,
+       (SELECT count(*) FROM chaos.executions AS e JOIN asked AS a USING (job_id) WHERE e.lease > a.lease)
+           AS rerun
+  FROM asked AS a LEFT JOIN jobq.jobs AS j ON j.id = a.job_id
+"""
+
+# Snoozes give the attempt back (attempts one less than at the claim), and no
+# job is claimed before its run_at (snoozed, retried, or scheduled by a keyed
+# enqueue): a claim's clock is after its statement's, which must be at or
+# after run_at.
+SNOOZES = """
+SELECT (SELECT count(*) FROM chaos.executions WHERE outcome = 'snoozed') AS snoozed,
+       count(*) FILTER (WHERE s.snooze) AS snoozes,
+       count(*) FILTER (WHERE s.snooze AND s.attempts <> s.old_attempts - 1) AS counted,
+       (SELECT count(*) FROM chaos.transitions AS c WHERE c.new_lease <> c.old_lease AND c.at < c.run_at)
+           AS early_claims,
+       (SELECT count(*) FROM chaos.transitions AS c WHERE c.new_lease <> c.old_lease) AS claims
+  FROM (SELECT t.attempts, t.old_attempts,
+               EXISTS (SELECT FROM chaos.executions AS e
+                        WHERE e.job_id = t.job_id AND e.lease = t.old_lease AND e.outcome = 'snoozed')
+                   AS snooze
+          FROM chaos.transitions AS t
+         WHERE t.old_status = 'running' AND t.new_status = 'queued' AND NOT t.reaped) AS s
 """
 
 # What role may do beyond the worker level: attributes, memberships, any
@@ -803,7 +1256,11 @@ SELECT r.rolsuper OR r.rolcreaterole OR r.rolcreatedb OR r.rolreplication OR r.r
  WHERE r.rolname = %(role)s
 """
 
-REFUSED = re.compile(r"job (\d+): lease (\d+) lost; (?:result|failure) discarded")
+# The worker's word for a late report refused (lost: a warning; void: the job's cancel had been
+# heard, so most likely cancelled by force meanwhile)
+REFUSED = re.compile(
+    r"job (\d+): lease (\d+) (?:lost|void \(cancelled meanwhile\?\)); (?:result|failure|snooze) discarded"
+)
 
 
 def late_refusals(stop: StopRecord) -> int:
@@ -819,19 +1276,31 @@ def _one(conn: Db, query: str, params: tuple[Any, ...] | Mapping[str, Any] | Non
     return row
 
 
-def evidence(conn: Db, leases: Mapping[str, float], worker_role: str) -> dict[str, dict[str, Any]]:
+def evidence(
+    conn: Db,
+    leases: Mapping[str, float],
+    worker_role: str,
+    canceller_role: str | None = None,
+    producer_role: str | None = None,
+) -> dict[str, dict[str, Any]]:
     """What the evidence tables say: one row of numbers per query above, by name.
 
     leases: every worker's lease length in seconds, by name; worker_role:
-    the login role that alone should have changed the jobs.
+    the login role that alone should have worked the jobs; canceller_role
+    and producer_role: the roles that may also cancel them, and make a
+    running holder give up its key (None: no role may).
     """
     for ddl in (
         "CREATE INDEX IF NOT EXISTS transitions_job_idx ON chaos.transitions (job_id, seq)",
         "CREATE INDEX IF NOT EXISTS executions_job_idx ON chaos.executions (job_id, lease)",
         "CREATE INDEX IF NOT EXISTS effects_job_idx ON chaos.effects (job_id)",
-        "ANALYZE chaos.transitions, chaos.executions, chaos.effects, chaos.acked",
+        "CREATE INDEX IF NOT EXISTS cancels_job_idx ON chaos.cancels (job_id)",
+        "CREATE INDEX IF NOT EXISTS holders_job_idx ON chaos.holders (job_id)",
+        "ANALYZE chaos.transitions, chaos.executions, chaos.effects, chaos.acked, chaos.holders,"
+        " chaos.given_up, chaos.cancels, chaos.replaced",
     ):
         conn.execute(ddl)
+    roles = {"role": worker_role, "canceller": canceller_role, "producer": producer_role}
     queries: dict[str, tuple[str, dict[str, Any] | None]] = {
         "lost": (LOST, None),
         "claims": (DOUBLE_CLAIMS, None),
@@ -841,9 +1310,41 @@ def evidence(conn: Db, leases: Mapping[str, float], worker_role: str) -> dict[st
         "counts": (COUNTS, None),
         "reaps": (EARLY_REAPS, None),
         "leases": (LEASE_LENGTHS, {"names": list(leases), "seconds": list(leases.values())}),
-        "roles": (ROLES, {"role": worker_role}),
+        "roles": (ROLES, roles),
+        "unique": (UNIQUE, None),
+        "shared": (SHARED_KEYS, None),
+        "replaces": (REPLACES, None),
+        "forced": (FORCED, {"canceller": canceller_role}),
+        "results": (RESULTS.replace("{result}", result_column(conn)), None),
+        "absorbing": (ABSORBING, None),
+        "requests": (CANCEL_REQUESTS, None),
+        "snoozes": (SNOOZES, None),
     }
     return {name: _one(conn, query, params) for name, (query, params) in queries.items()}
+
+
+def read_back(conn: Db, sample: int, seed: int) -> tuple[int, list[int]]:
+    """Read the results of up to sample done jobs back through pgjobq.job; (how many read, the wrong ones).
+
+    Each must equal what the handler returns for the job's payload
+    (result_of); the jobs are drawn at random among the done ones, half of
+    them with a result.
+    """
+    result = result_column(conn)
+    rows = conn.execute(
+        f"(SELECT id, payload FROM jobq.jobs AS j WHERE status = 'done' AND {result} IS NOT NULL"
+        "  ORDER BY hashint8(id # %(seed)s) LIMIT %(half)s)"
+        " UNION ALL "
+        f"(SELECT id, payload FROM jobq.jobs AS j WHERE status = 'done' AND {result} IS NULL"
+        "  ORDER BY hashint8(id # %(seed)s) LIMIT %(half)s)",
+        {"seed": seed, "half": sample // 2},
+    ).fetchall()
+    wrong = []
+    for row in rows:
+        state = pgjobq.job(conn, row["id"])
+        if state.status != "done" or state.result != result_of(row["payload"]):
+            wrong.append(int(row["id"]))
+    return len(rows), wrong
 
 
 def privileges(conn: Db, role: str) -> dict[str, Any]:
@@ -857,12 +1358,20 @@ def check(
     chaos: Chaos,
     fleet: Fleet,
     exits: dict[str, int | None],
+    canceller: Canceller,
 ) -> tuple[list[Invariant], dict[str, str]]:
     """The invariants and the counts, from the evidence tables and the workers' logs."""
-    found = evidence(conn, fleet.leases(), WORKER_ROLE)
+    found = evidence(conn, fleet.leases(), WORKER_ROLE, CANCELLER_ROLE, conn.info.user)
     lost, claims, stale, dups, effects, counts, reaps, leases, roles = (
         found[k] for k in ("lost", "claims", "stale", "dups", "effects", "counts", "reaps", "leases", "roles")
     )
+    unique, forced, results, absorbing, requests, snoozes, replaces = (
+        found[k] for k in ("unique", "forced", "results", "absorbing", "requests", "snoozes", "replaces")
+    )
+    shared_now = found["shared"]["shared"]
+    read, misread = read_back(conn, 200, config.seed)
+    producer = chaos.producer
+    deadlocked = sum(w.log_text().count("deadlock detected") for w in fleet.every)
     allowed = privileges(conn, WORKER_ROLE)
     beyond = (
         (["role attributes"] if allowed["attributes"] else [])
@@ -895,8 +1404,10 @@ def check(
 
     invariants = [
         Invariant(
-            "lost", "lost jobs (acknowledged id not done, or failed against its rules)",
-            f"{lost['lost']} ({lost['missing']} missing)", "0", lost["lost"] == 0,
+            "lost", "lost jobs (acknowledged id not ended by its rules; cancelled unasked)",
+            f"{lost['lost']} ({lost['missing']} missing; {lost['spurious']} cancelled unasked;"
+            f" accounted for: {lost['cancelled']} cancelled, {lost['failed']} failed)",
+            "0", lost["lost"] == 0 and lost["spurious"] == 0,
         ),
         Invariant(
             "double_claims", "double claims (overlapping or out-of-order leases)",
@@ -942,6 +1453,67 @@ def check(
             effects["wrong"] == 0 and effects["done"] > 0,
         ),
         Invariant(
+            "unique_keys", "two jobs holding one unique key at once (transition log; now; sampled)",
+            f"{unique['overlaps']}; {shared_now}; {canceller.shared_seen} in {canceller.samples}"
+            f" samples ({unique['holders']} holders on {unique['keys']} keys,"
+            f" {unique['given_up']} given up running; {unique['unlogged']} unlogged)",
+            "0; 0; 0",
+            unique["overlaps"] == 0 and shared_now == 0 and canceller.shared_seen == 0
+            and canceller.samples > 0 and unique["holders"] > 0 and unique["unlogged"] == 0,
+        ),
+        Invariant(
+            "replace_kept", "replaces (scope active) whose payload was dropped",
+            f"{replaces['dropped']} of {replaces['replaces']} ({replaces['dropped_done']} given a done job;"
+            f" {replaces['own']} ran their own)",
+            "0", replaces["dropped"] == 0 and replaces["replaces"] > 0,
+        ),
+        Invariant(
+            "cancel_errors", "jobq.cancel calls refused with an error (not a connection's)",
+            str(sum(canceller.refused.values()))
+            + "".join(f"; {n} x {message}" for message, n in sorted(canceller.refused.items())),
+            "0", not canceller.refused,
+        ),
+        Invariant(
+            "forced_never_done", "jobs force-cancelled ('cancelled' returned) done then or later",
+            f"{forced['done']} of {forced['forced']} ({forced['while_running']} while running;"
+            f" {forced['not_cancelled']} not cancelled)",
+            "0", forced["done"] == 0 and forced["not_cancelled"] == 0 and forced["while_running"] > 0,
+        ),
+        Invariant(
+            "results", "results not what the handler returned for the payload (SQL; read back by pgjobq.job)",
+            f"{results['wrong']} of {results['done']} done ({results['with_result']} with a result);"
+            f" {len(misread)} of {read}",
+            "0; 0", results["wrong"] == 0 and not misread and results["with_result"] > 0 and read > 0,
+        ),
+        Invariant(
+            "cancelled_absorbing", "cancelled jobs changed, claimed again or not cancelled at the end",
+            f"{absorbing['changed_after']}, {absorbing['claimed_after']}, {absorbing['not_cancelled']}"
+            f" of {absorbing['cancelled']} ({absorbing['from_running']} from running;"
+            f" {absorbing['unlogged']} unlogged)",
+            "0, 0, 0",
+            absorbing["changed_after"] == 0 and absorbing["claimed_after"] == 0
+            and absorbing["not_cancelled"] == 0 and absorbing["unlogged"] == 0 and absorbing["cancelled"] > 0,
+        ),
+        Invariant(
+            "cancel_requests", "jobs asked to stop that ran again or ended neither done nor cancelled",
+            f"{requests['rerun']}, {requests['wrong_end']} of {requests['asked']}"
+            f" ({requests['done']} done, {requests['cancelled']} cancelled)",
+            "0, 0", requests["rerun"] == 0 and requests["wrong_end"] == 0 and requests["asked"] > 0,
+        ),
+        Invariant(
+            "snoozes", "snoozes that spent the attempt; claims before run_at",
+            f"{snoozes['counted']} of {snoozes['snoozes']}; {snoozes['early_claims']} of {snoozes['claims']}",
+            "0; 0", snoozes["counted"] == 0 and snoozes["early_claims"] == 0 and snoozes["snoozes"] > 0,
+        ),
+        Invariant(
+            "job_control_load", "job control mixed in: unique conflicts, variants, cancels, snoozes, results",
+            f"{producer.conflicts}, {len(producer.variants)}/4, {canceller.calls}, {snoozes['snoozed']},"
+            f" {results['with_result']}",
+            "all > 0, 4/4",
+            producer.conflicts > 0 and len(producer.variants) == 4 and canceller.calls > 0
+            and snoozes["snoozed"] > 0 and results["with_result"] > 0,
+        ),
+        Invariant(
             "drained", "jobs left queued or running after the drain",
             str(counts["unfinished"]), "0", counts["unfinished"] == 0,
         ),
@@ -984,7 +1556,24 @@ def check(
     summary = {
         "jobs acknowledged to the producer": f"{counts['acked']:,}",
         "jobs in the table": f"{counts['jobs']:,} ({counts['jobs'] - counts['acked']} from in-doubt commits)",
-        "done / failed by their rules": f"{counts['done']:,} / {counts['failed']:,}",
+        "done / failed / cancelled": f"{counts['done']:,} / {counts['failed']:,} / {counts['cancelled']:,}",
+        "keyed enqueues (conflicts)": f"{producer.keyed:,} ({producer.conflicts:,}); "
+        + ", ".join(f"{scope}/{how}: {n:,}" for (scope, how), n in sorted(producer.variants.items())),
+        "key holders (until_done; keys given up running)": f"{unique['holders']:,}"
+        f" ({unique['until_done']:,}; {unique['given_up']:,})",
+        "cancel calls (failed; deadlocked)": f"{canceller.calls:,}"
+        f" ({canceller.failed_calls}; {canceller.deadlocks})",
+        "cancels returned": ", ".join(
+            f"{'force ' if force else ''}{status}: {n:,}"
+            for (force, status), n in sorted(canceller.returned.items())
+        ),
+        "cancelled: from running (forced while running)": f"{absorbing['cancelled']:,}:"
+        f" {absorbing['from_running']:,} ({forced['while_running']:,})",
+        "cancel requests: done / cancelled": f"{requests['asked']:,}:"
+        f" {requests['done']:,} / {requests['cancelled']:,}",
+        "snoozed executions (snoozes)": f"{snoozes['snoozed']:,} ({snoozes['snoozes']:,})",
+        "done with a result (read back)": f"{results['with_result']:,} ({read})",
+        "worker log lines 'deadlock detected'": str(deadlocked),
         "effects-mode jobs": f"{counts['effects_mode']:,}",
         "executions": f"{dups['executions']:,}",
         "duplicate executions": f"{dups['duplicates']:,}",
@@ -1017,15 +1606,19 @@ def _server(config: ChaosConfig) -> Iterator[ThrowawayPostgres]:
         yield server
 
 
-def _prepare(dsn: str) -> str:
-    """Install the extension and the evidence tables; the workers' DSN: WORKER_ROLE, the worker level only."""
+def _prepare(dsn: str) -> tuple[str, str]:
+    """Install the extension and the evidence tables; the DSNs of the workers (WORKER_ROLE, the worker
+    level only) and of the canceller (CANCELLER_ROLE, the admin level)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION pgjobq")
         conn.execute(SCHEMA_DDL)
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(WORKER_ROLE)))
         conn.execute("SELECT jobq.grant_worker(%s::regrole)", (WORKER_ROLE,))
         conn.execute(handler_grants(WORKER_ROLE))
-    return make_conninfo(dsn, user=WORKER_ROLE)
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(CANCELLER_ROLE)))
+        conn.execute("SELECT jobq.grant_admin(%s::regrole)", (CANCELLER_ROLE,))
+        conn.execute(canceller_grants(CANCELLER_ROLE))
+    return make_conninfo(dsn, user=WORKER_ROLE), make_conninfo(dsn, user=CANCELLER_ROLE)
 
 
 def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
@@ -1034,20 +1627,25 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
     workdir.mkdir(parents=True, exist_ok=True)
     with _server(config) as server:
         dsn = server.dsn()  # the superuser's: the producer's and the harness's
-        fleet = Fleet(_prepare(dsn), config, workdir)
+        worker_dsn, canceller_dsn = _prepare(dsn)
+        fleet = Fleet(worker_dsn, config, workdir)
         producer = Producer(dsn, config, workdir / "acked-ids.txt")
         chaos = Chaos(config, server, dsn, fleet, producer)
+        canceller = Canceller(canceller_dsn, config, producer)
         say(f"{config.name} chaos run: {config.jobs:,} jobs, {config.workers} workers; logs in {workdir}")
         try:
             fleet.start()
             wait_until(chaos.connected, timeout=60, interval=0.1)  # the clock starts once all are up
             producer.start()
             chaos.start()
+            canceller.start()
             chaos.join()
+            canceller.stop()  # cancels go on while the faults do: till the backlog is down
             if chaos.error is not None:
                 producer.abort()
             producer.join()
-            for failed in (chaos, producer):
+            canceller.join()
+            for failed in (chaos, producer, canceller):
                 if failed.error is not None:
                     raise RuntimeError(f"the {failed.name} thread failed") from failed.error
             with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
@@ -1063,12 +1661,16 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
                 wait_until(drained, config.drain_timeout, interval=0.5)
                 exits = fleet.terminate_all(timeout=30)
                 with conn.cursor() as cur, cur.copy("COPY chaos.acked (id) FROM STDIN") as copy:
-                    for job_id in producer.acked:
+                    for job_id in sorted(set(producer.acked)):  # an id given again on a conflict counts once
                         copy.write_row((job_id,))
+                with conn.cursor() as cur, cur.copy("COPY chaos.replaced (n, job_id) FROM STDIN") as copy:
+                    for row in producer.replaced:
+                        copy.write_row(row)
                 say("checking")
-                invariants, counts = check(conn, config, chaos, fleet, exits)
+                invariants, counts = check(conn, config, chaos, fleet, exits, canceller)
         finally:
             producer.abort()
+            canceller.stop()
             fleet.kill_all()
     wall = time.monotonic() - began
     counts["wall time"] = f"{wall:.0f} s"

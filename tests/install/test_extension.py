@@ -242,8 +242,8 @@ def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server
 
 LEVEL_PRIVILEGES = """
     SELECT r.rolname,
-           has_function_privilege(r.oid, 'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text,'
-                                         ' text, jsonb)', 'EXECUTE') AS enqueue,
+           has_function_privilege(r.oid, 'jobq.enqueue(text, jsonb, integer, timestamptz, integer,'
+                                         ' text, text, text, jsonb)', 'EXECUTE') AS enqueue,
            has_function_privilege(r.oid, 'jobq.job(bigint)', 'EXECUTE') AS job,
            has_function_privilege(r.oid, 'jobq.claim(text, integer, text, interval)', 'EXECUTE') AS claim,
            has_function_privilege(r.oid, 'jobq.complete_and_claim(bigint[], bigint[], text, integer, text,'

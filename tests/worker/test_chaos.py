@@ -3,9 +3,12 @@
 The slow tests share one short chaos run (tests/helpers/chaos.py: 5,000
 jobs, 8 real worker processes of two lease lengths logging in with only the
 worker level, SIGKILL, SIGSTOP, terminated connections and two PostgreSQL
-restarts) and assert one invariant each.  The fast tests prove the checks
-can fail: they forge each violation in the evidence tables, the way a broken
-extension or worker would leave it, and expect it counted.
+restarts; and the job control of 0.6.0 mixed in: unique keys that conflict,
+a canceller cancelling queued and running jobs, some with force, handlers
+that snooze and that return results) and assert one invariant each.  The
+fast tests prove the checks can fail: they forge each violation in the
+evidence tables, the way a broken extension or worker would leave it, and
+expect it counted.
 """
 
 from __future__ import annotations
@@ -21,8 +24,17 @@ from rich.console import Console
 
 import pgjobq
 
-from helpers.chaos import ChaosConfig, Report, evidence, privileges, render, run_chaos
-from helpers.chaos_handlers import SCHEMA_DDL
+from helpers.chaos import (
+    CANCEL_AND_RECORD,
+    ChaosConfig,
+    Report,
+    evidence,
+    privileges,
+    read_back,
+    render,
+    run_chaos,
+)
+from helpers.chaos_handlers import SCHEMA_DDL, canceller_grants
 from helpers.sqlhelpers import Db
 
 # one chaos run for the module: under pytest-xdist its tests stay on one worker
@@ -40,9 +52,21 @@ def chaos_db(db: Db) -> Db:
     return db
 
 
-def enqueue(db: Db, *, mode: str = "plain", fail: bool = False, acked: bool = True) -> int:
-    payload = {"ms": 1, "mode": mode, "fail": fail}
-    job_id = pgjobq.enqueue(db, "chaos", payload, max_attempts=1 if fail else 10)
+def enqueue(
+    db: Db,
+    *,
+    mode: str = "plain",
+    fail: bool = False,
+    acked: bool = True,
+    n: int = 0,
+    result: bool = False,
+    key: str | None = None,
+) -> int:
+    payload = {
+        "n": n, "ms": 1, "mode": mode, "fail": fail,
+        **({"result": True} if result else {}), **({"key": key} if key else {}),
+    }  # fmt: skip
+    job_id = pgjobq.enqueue(db, "chaos", payload, max_attempts=1 if fail else 10, unique_key=key)
     if acked:
         db.execute("INSERT INTO chaos.acked (id) VALUES (%s)", (job_id,))
     return job_id
@@ -61,11 +85,18 @@ def claim(db: Db, job_id: int, worker: str = "w1", lease_timeout: float = 60.0) 
     return job.lease
 
 
-def finish(db: Db, job_id: int, lease: int) -> None:
+def finish(db: Db, job_id: int, lease: int, outcome: str = "returned") -> None:
     db.execute(
-        "UPDATE chaos.executions SET finished_at = clock_timestamp() WHERE job_id = %s AND lease = %s",
-        (job_id, lease),
+        "UPDATE chaos.executions SET finished_at = clock_timestamp(), outcome = %s"
+        " WHERE job_id = %s AND lease = %s",
+        (outcome, job_id, lease),
     )
+
+
+def cancel(db: Db, job_id: int, *, force: bool = False) -> str:
+    """Cancel job_id as the chaos run's canceller does (recorded in chaos.cancels); the status returned."""
+    (row,) = db.execute(CANCEL_AND_RECORD, {"ids": [job_id], "force": force}).fetchall()
+    return str(row["status"])
 
 
 def reap(db: Db) -> None:
@@ -78,8 +109,9 @@ def reap(db: Db) -> None:
 
 
 def found(db: Db) -> dict[str, dict[str, Any]]:
-    """The evidence of a forged history: its workers of LEASES, every change made by this session."""
-    return evidence(db, LEASES, db.info.user)
+    """The evidence of a forged history: its workers of LEASES, every change made by this session (which
+    also cancels)."""
+    return evidence(db, LEASES, db.info.user, db.info.user)
 
 
 def clean_history(db: Db) -> None:
@@ -113,6 +145,53 @@ def clean_history(db: Db) -> None:
     pgjobq.fail(db, failing, "IntentionalFailure", claim(db, failing))
 
 
+def job_control_history(db: Db) -> None:
+    """One job of each kind of 0.6.0, by the rules: a result, a snooze, cancels, unique keys."""
+    with_result = enqueue(db, n=3, result=True)
+    lease = claim(db, with_result)
+    finish(db, with_result, lease)
+    pgjobq.complete(db, with_result, lease, result={"echo": 3})
+
+    snoozed = enqueue(db, mode="effects")
+    first = claim(db, snoozed)
+    finish(db, snoozed, first, "snoozed")
+    pgjobq.snooze(db, snoozed, first, timedelta(0))
+    second = claim(db, snoozed)
+    with db.transaction():
+        db.execute(
+            "INSERT INTO chaos.effects (token, job_id, lease) VALUES (gen_random_uuid(), %s, %s)",
+            (snoozed, second),
+        )
+        finish(db, snoozed, second)
+        pgjobq.complete(db, snoozed, second)
+
+    assert cancel(db, enqueue(db)) == "cancelled"  # queued
+
+    forced = enqueue(db)
+    lease = claim(db, forced)
+    assert cancel(db, forced, force=True) == "cancelled"  # running
+    finish(db, forced, lease)
+    assert pgjobq.complete_many(db, [(forced, lease)]) == set()  # its late complete is refused
+
+    asked = enqueue(db)
+    lease = claim(db, asked)
+    assert cancel(db, asked) == "cancel_requested"
+    finish(db, asked, lease)
+    pgjobq.complete(db, asked, lease)  # done after all
+
+    stopped = enqueue(db)
+    lease = claim(db, stopped)
+    assert cancel(db, stopped) == "cancel_requested"
+    finish(db, stopped, lease, "stopped")
+    assert pgjobq.fail(db, stopped, "CancelHeard", lease)[0] == "cancelled"
+
+    for _ in range(2):  # one key, held by one job after the other
+        keyed = enqueue(db, key="a1")
+        lease = claim(db, keyed)
+        finish(db, keyed, lease)
+        pgjobq.complete(db, keyed, lease)
+
+
 def test_evidence_of_a_clean_history_shows_no_violation(chaos_db: Db) -> None:
     clean_history(chaos_db)
 
@@ -132,12 +211,42 @@ def test_evidence_of_a_clean_history_shows_no_violation(chaos_db: Db) -> None:
     assert evidence["roles"]["reaps_by_role"] == 1
 
 
+def test_evidence_of_a_clean_job_control_history_shows_no_violation(chaos_db: Db) -> None:
+    job_control_history(chaos_db)
+
+    evidence = found(chaos_db)
+
+    assert evidence["lost"] == {"lost": 0, "missing": 0, "cancelled": 3, "failed": 0, "spurious": 0}
+    assert evidence["claims"] == {"overlaps": 0, "bad_claims": 0, "unleased_claims": 0, "log_gaps": 0}
+    assert evidence["stale"] == {"stale": 0, "second_completions": 0}
+    # the snoozed job ran twice, under two leases: explained by its snooze
+    assert evidence["dups"] == {"executions": 8, "duplicates": 1, "same_lease": 0, "unexplained": 0}
+    assert evidence["effects"] == {"done": 1, "wrong": 0}
+    assert evidence["unique"] == {
+        "holders": 2, "keys": 1, "until_done": 0, "overlaps": 0, "given_up": 0, "unlogged": 0,
+    }  # fmt: skip
+    assert evidence["shared"] == {"shared": 0}
+    assert evidence["forced"] == {"forced": 1, "while_running": 1, "not_cancelled": 0, "done": 0}
+    assert evidence["results"] == {"done": 5, "with_result": 1, "wrong": 0}
+    assert evidence["absorbing"] == {
+        "cancelled": 3, "from_running": 2, "not_cancelled": 0, "changed_after": 0, "claimed_after": 0,
+        "unlogged": 0,
+    }  # fmt: skip
+    assert evidence["requests"] == {"asked": 2, "done": 1, "cancelled": 1, "wrong_end": 0, "rerun": 0}
+    assert evidence["snoozes"] == {"snoozed": 1, "snoozes": 1, "counted": 0, "early_claims": 0, "claims": 8}
+    # claims, and the cancel requests: not heartbeats
+    assert evidence["leases"]["wrong"] == 0
+    assert evidence["leases"]["heartbeats"] == 0
+    assert evidence["roles"]["foreign"] == 0
+    assert read_back(chaos_db, 10, 1) == (5, [])
+
+
 def test_evidence_counts_a_job_never_run_and_an_id_never_stored_as_lost(chaos_db: Db) -> None:
     clean_history(chaos_db)
     enqueue(chaos_db)
     chaos_db.execute("INSERT INTO chaos.acked (id) VALUES (-1)")
 
-    assert found(chaos_db)["lost"] == {"lost": 2, "missing": 1}
+    assert found(chaos_db)["lost"] == {"lost": 2, "missing": 1, "cancelled": 0, "failed": 1, "spurious": 0}
 
 
 def test_evidence_counts_an_ordinary_job_that_failed_as_lost(chaos_db: Db) -> None:
@@ -242,6 +351,166 @@ def test_evidence_counts_the_changes_made_by_another_role(chaos_db: Db) -> None:
 
     assert roles["foreign"] == roles["changes"] > 0
     assert roles["reaps_by_role"] == 0
+
+
+def test_evidence_counts_a_job_cancelled_unasked_as_lost(chaos_db: Db) -> None:
+    job_id = enqueue(chaos_db)
+    # a broken reap or fail: cancels a job nobody cancelled
+    chaos_db.execute(
+        "UPDATE jobq.jobs SET status = 'cancelled', finished_at = now() WHERE id = %s", (job_id,)
+    )
+
+    lost = found(chaos_db)["lost"]
+
+    assert (lost["lost"], lost["cancelled"], lost["spurious"]) == (1, 0, 1)
+
+
+def test_evidence_counts_a_job_failed_after_a_cancel_request_as_lost(chaos_db: Db) -> None:
+    job_id = enqueue(chaos_db)
+    lease = claim(chaos_db, job_id)
+    assert cancel(chaos_db, job_id) == "cancel_requested"
+    # a broken fail: retries the job it was asked to stop, and it runs out of attempts
+    chaos_db.execute("UPDATE jobq.jobs SET status = 'failed', finished_at = now() WHERE id = %s", (job_id,))
+    finish(chaos_db, job_id, lease)
+
+    evidence = found(chaos_db)
+
+    assert evidence["lost"]["lost"] == 1
+    assert evidence["requests"]["wrong_end"] == 1
+
+
+def test_evidence_counts_two_holders_of_one_key_as_an_overlap(chaos_db: Db) -> None:
+    first = enqueue(chaos_db, key="a1")
+    lease = claim(chaos_db, first)
+    finish(chaos_db, first, lease)
+    pgjobq.complete(chaos_db, first, lease)
+    second = enqueue(chaos_db, key="a1")
+    # a broken unique index: the second took the key while the first still held it
+    chaos_db.execute(
+        "UPDATE chaos.holders SET at = (SELECT min(at) FROM chaos.transitions WHERE job_id = %s)"
+        " - interval '1 ms' WHERE job_id = %s",
+        (first, second),
+    )
+
+    assert found(chaos_db)["unique"]["overlaps"] == 1
+
+
+def test_evidence_counts_a_force_cancelled_job_done_later(chaos_db: Db) -> None:
+    job_id = enqueue(chaos_db)
+    lease = claim(chaos_db, job_id)
+    assert cancel(chaos_db, job_id, force=True) == "cancelled"
+    finish(chaos_db, job_id, lease)
+    # a broken complete: accepts the lease the cancel voided
+    chaos_db.execute("UPDATE jobq.jobs SET status = 'done' WHERE id = %s", (job_id,))
+
+    evidence = found(chaos_db)
+
+    assert evidence["forced"] == {"forced": 1, "while_running": 1, "not_cancelled": 1, "done": 1}
+    assert (evidence["absorbing"]["changed_after"], evidence["absorbing"]["not_cancelled"]) == (1, 1)
+
+
+def test_evidence_counts_a_cancelled_job_claimed_again(chaos_db: Db) -> None:
+    job_id = enqueue(chaos_db)
+    assert cancel(chaos_db, job_id) == "cancelled"
+    # a broken claim: takes a cancelled job (seen as queued)
+    chaos_db.execute("UPDATE jobq.jobs SET status = 'queued' WHERE id = %s", (job_id,))
+    claim(chaos_db, job_id)
+
+    absorbing = found(chaos_db)["absorbing"]
+
+    assert (absorbing["changed_after"], absorbing["claimed_after"], absorbing["not_cancelled"]) == (2, 1, 1)
+
+
+def test_evidence_counts_a_job_asked_to_stop_and_run_again(chaos_db: Db) -> None:
+    job_id = enqueue(chaos_db)
+    lease = claim(chaos_db, job_id)
+    assert cancel(chaos_db, job_id) == "cancel_requested"
+    finish(chaos_db, job_id, lease)
+    # a broken reap: requeues the job its worker was asked to stop
+    chaos_db.execute("UPDATE jobq.jobs SET status = 'queued' WHERE id = %s", (job_id,))
+    lease = claim(chaos_db, job_id)
+    finish(chaos_db, job_id, lease)
+    pgjobq.complete(chaos_db, job_id, lease)
+
+    requests = found(chaos_db)["requests"]
+
+    assert (requests["asked"], requests["rerun"]) == (1, 1)
+
+
+def test_evidence_counts_results_that_are_not_the_handlers(chaos_db: Db) -> None:
+    for n, result, stored in ((1, True, {"echo": 2}), (2, False, {"echo": 2}), (3, True, None)):
+        job_id = enqueue(chaos_db, n=n, result=result)
+        lease = claim(chaos_db, job_id)
+        finish(chaos_db, job_id, lease)
+        pgjobq.complete(chaos_db, job_id, lease, result=stored)
+
+    assert found(chaos_db)["results"] == {"done": 3, "with_result": 2, "wrong": 3}
+    read, wrong = read_back(chaos_db, 10, 1)
+    assert (read, len(wrong)) == (3, 3)
+
+
+def test_evidence_counts_a_replace_given_a_done_job_as_dropped(chaos_db: Db) -> None:
+    holder = enqueue(chaos_db, n=1, key="a1")
+    lease = claim(chaos_db, holder)
+    finish(chaos_db, holder, lease)
+    pgjobq.complete(chaos_db, holder, lease)
+    queued = enqueue(chaos_db, n=3, key="a2")
+    # replaces of payloads 2 and 4: a broken one was given the done holder, a sound one the queued job
+    # (which a later replace, of payload 5, took over)
+    chaos_db.execute("UPDATE jobq.jobs SET payload = payload || '{\"n\": 5}' WHERE id = %s", (queued,))
+    chaos_db.execute(
+        "INSERT INTO chaos.replaced (n, job_id) VALUES (2, %s), (4, %s), (5, %s)", (holder, queued, queued)
+    )
+
+    replaces = found(chaos_db)["replaces"]
+
+    assert replaces == {"replaces": 3, "dropped": 1, "own": 1, "dropped_done": 1}
+
+
+def test_evidence_counts_a_snooze_that_spent_the_attempt_and_an_early_claim(chaos_db: Db) -> None:
+    job_id = enqueue(chaos_db)
+    lease = claim(chaos_db, job_id)
+    finish(chaos_db, job_id, lease, "snoozed")
+    # a broken snooze: the job queued again for later, its attempt kept
+    chaos_db.execute(
+        "UPDATE jobq.jobs SET status = 'queued', run_at = now() + interval '1 hour' WHERE id = %s", (job_id,)
+    )
+    # a broken claim: takes it before its run_at
+    chaos_db.execute(
+        "UPDATE jobq.jobs SET status = 'running', lease = lease + 1, attempts = attempts + 1 WHERE id = %s",
+        (job_id,),
+    )
+
+    snoozes = found(chaos_db)["snoozes"]
+
+    assert (snoozes["snoozes"], snoozes["counted"], snoozes["early_claims"]) == (1, 1, 1)
+
+
+def test_evidence_counts_a_change_by_the_canceller_that_is_no_cancel_as_foreign(chaos_db: Db) -> None:
+    canceller = f"chaos_{uuid.uuid4().hex[:12]}"
+    chaos_db.execute(f'CREATE ROLE "{canceller}" LOGIN')
+    try:
+        chaos_db.execute("SELECT jobq.grant_admin(%s::regrole)", (canceller,))
+        chaos_db.execute(canceller_grants(canceller))
+        asked, forged = enqueue(chaos_db), enqueue(chaos_db)
+        claim(chaos_db, asked)
+        claim(chaos_db, forged)
+        chaos_db.execute(f'SET SESSION AUTHORIZATION "{canceller}"')
+        assert cancel(chaos_db, asked) == "cancel_requested"
+        # the canceller extends a lease: not a cancel's change
+        chaos_db.execute(
+            "UPDATE jobq.jobs SET lease_expires_at = lease_expires_at + interval '1 s' WHERE id = %s",
+            (forged,),
+        )
+        chaos_db.execute("RESET SESSION AUTHORIZATION")
+
+        roles = evidence(chaos_db, LEASES, chaos_db.info.user, canceller)["roles"]
+
+        assert (roles["changes"], roles["foreign"], roles["by_canceller"]) == (4, 1, 2)
+    finally:
+        chaos_db.execute("RESET SESSION AUTHORIZATION")
+        chaos_db.execute(f'DROP OWNED BY "{canceller}"')
+        chaos_db.execute(f'DROP ROLE "{canceller}"')
 
 
 def test_privileges_show_nothing_beyond_the_worker_level_until_more_is_granted(db: Db) -> None:
@@ -366,3 +635,38 @@ def test_chaos_run_refuses_the_late_complete_of_the_stopped_worker(report: Repor
 @pytest.mark.slow
 def test_chaos_run_injects_every_kind_of_fault(report: Report) -> None:
     assert_holds(report, "faults")
+
+
+@pytest.mark.slow
+def test_chaos_run_never_lets_two_jobs_hold_one_unique_key(report: Report) -> None:
+    assert_holds(report, "unique_keys")
+
+
+@pytest.mark.slow
+def test_chaos_run_never_completes_a_force_cancelled_job(report: Report) -> None:
+    assert_holds(report, "forced_never_done")
+
+
+@pytest.mark.slow
+def test_chaos_run_stores_what_each_handler_returned(report: Report) -> None:
+    assert_holds(report, "results")
+
+
+@pytest.mark.slow
+def test_chaos_run_never_claims_a_cancelled_job_again(report: Report) -> None:
+    assert_holds(report, "cancelled_absorbing")
+
+
+@pytest.mark.slow
+def test_chaos_run_ends_jobs_asked_to_stop_done_or_cancelled(report: Report) -> None:
+    assert_holds(report, "cancel_requests")
+
+
+@pytest.mark.slow
+def test_chaos_run_snoozes_give_the_attempt_back_and_nothing_runs_early(report: Report) -> None:
+    assert_holds(report, "snoozes")
+
+
+@pytest.mark.slow
+def test_chaos_run_mixes_in_every_kind_of_job_control(report: Report) -> None:
+    assert_holds(report, "job_control_load")
