@@ -68,6 +68,7 @@ def virtualenv(version: str, python: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", OLDEST_AND_NEWEST)
+@pytest.mark.timeout(INSTALL_TIMEOUT + RUN_TIMEOUT)  # the run below is longer than a test's usual 300 s
 def test_the_client_and_worker_tests_pass_on(version: str) -> None:
     if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
         pytest.skip(f"Python {version} runs the whole suite already")
@@ -77,8 +78,9 @@ def test_the_client_and_worker_tests_pass_on(version: str) -> None:
     venv_python = virtualenv(version, python)
 
     tests = ["tests/client", "tests/worker", "--ignore=tests/worker/test_chaos.py"]
+    parallel = ["-n", "2", "--dist", "loadgroup"]  # as make test runs them, on fewer workers
     result = subprocess.run(
-        [str(venv_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+        [str(venv_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, *tests],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
