@@ -663,6 +663,8 @@ class Chaos(threading.Thread):
         self.producer = producer
         self.rng = random.Random(config.seed + 1)
         self.kills = 0
+        self.kills_holding = 0  # of them, of a worker seen holding running jobs
+        self.killed_held = 0  # the running jobs those held
         self.terminated: dict[str, int] = {"worker": 0, "listen": 0}
         self.restarts: list[RestartRecord] = []
         self.stop: StopRecord | None = None
@@ -753,11 +755,47 @@ class Chaos(threading.Thread):
     # -- faults ------------------------------------------------------------
 
     def _kill_one(self) -> None:
+        """SIGKILL a worker, one that holds running jobs when one can be found.
+
+        Jobs of 1-20 ms leave most workers idle at any instant, and the kill
+        of an idle worker leaves nothing to reap: a run of such kills once
+        left the reap invariants without a single reap to judge.  So up to
+        four workers, those holding jobs a moment ago first, are frozen
+        (SIGSTOP) one at a time until one is seen holding a running job once
+        its statements in flight have finished, and that one is killed; the
+        others go on (SIGCONT).  When none holds one, the last is killed
+        anyway.
+        """
         candidates = self._killable()
-        if candidates:
-            victim = self.rng.choice(candidates)
-            self.fleet.kill(victim)
-            self.kills += 1
+        if not candidates:
+            return
+        holding = {
+            r["locked_by"]
+            for r in self._query(
+                "SELECT DISTINCT locked_by FROM jobq.jobs WHERE status = 'running' AND queue = %s",
+                (QUEUE,),
+            )
+        }
+        self.rng.shuffle(candidates)
+        candidates.sort(key=lambda w: w.name not in holding)
+        tries = candidates[:4]
+        for victim in tries:
+            os.kill(victim.pid, signal.SIGSTOP)
+            try:
+                time.sleep(0.1)  # statements in flight when it froze finish
+                held = self._query(
+                    "SELECT count(*) AS n FROM jobq.jobs WHERE status = 'running' AND locked_by = %s",
+                    (victim.name,),
+                )
+                if held[0]["n"] > 0 or victim is tries[-1]:
+                    self.fleet.kill(victim)
+                    self.kills += 1
+                    self.kills_holding += held[0]["n"] > 0
+                    self.killed_held += held[0]["n"]
+                    return
+            finally:
+                if victim.alive():
+                    os.kill(victim.pid, signal.SIGCONT)
 
     def _terminate_one(self) -> None:
         rows = self._query(
@@ -1580,7 +1618,9 @@ def check(
         "reaps": f"{counts['reaps']:,} (by {WORKER_ROLE}: {roles['reaps_by_role']:,})",
         "claims by lease length": ", ".join(f"{k:g} s: {n:,}" for k, n in sorted(by_length.items())),
         "heartbeats": f"{leases['heartbeats']:,}",
-        "workers SIGKILLed": str(chaos.kills),
+        "workers SIGKILLed (holding running jobs; the jobs)": (
+            f"{chaos.kills} ({chaos.kills_holding}; {chaos.killed_held})"
+        ),
         "workers SIGSTOPped": (
             f"1 ({stop.worker}, lease {stop.lease:g} s, stopped {stop.stopped_for:.1f} s,"
             f" holding {len(stop.held)})"
@@ -1668,6 +1708,8 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
                         copy.write_row(row)
                 say("checking")
                 invariants, counts = check(conn, config, chaos, fleet, exits, canceller)
+                if not all(invariant.ok for invariant in invariants):
+                    say(f"invariants violated: the evidence tables are in {keep_evidence(conn, workdir)}")
         finally:
             producer.abort()
             canceller.stop()
@@ -1675,6 +1717,26 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
     wall = time.monotonic() - began
     counts["wall time"] = f"{wall:.0f} s"
     return Report(config, invariants, counts, chaos.restarts, wall, workdir)
+
+
+def keep_evidence(conn: Db, workdir: Path) -> Path:
+    """Copy the chaos schema's tables, jobq.jobs and jobq.unique_keys to CSV files in workdir/evidence."""
+    folder = workdir / "evidence"
+    folder.mkdir(exist_ok=True)
+    tables = [
+        row["name"]
+        for row in conn.execute(
+            "SELECT format('%I.%I', schemaname, tablename) AS name FROM pg_tables"
+            " WHERE schemaname = 'chaos' OR (schemaname = 'jobq' AND tablename IN ('jobs', 'unique_keys'))"
+            " ORDER BY 1"
+        )
+    ]
+    for table in tables:
+        query = sql.SQL("COPY {} TO STDOUT (FORMAT csv, HEADER)").format(sql.SQL(table))
+        with (folder / f"{table}.csv").open("wb") as out, conn.cursor() as cur, cur.copy(query) as copy:
+            for chunk in copy:
+                out.write(chunk)
+    return folder
 
 
 def render(report: Report, console: Console | None = None) -> None:

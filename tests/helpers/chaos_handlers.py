@@ -133,7 +133,8 @@ CREATE TABLE chaos.transitions (
 -- the scope it took the key with
 -- running jobs that may have given up their key to a replacement
 -- (on_conflict replace: by losing their retries, or by a cancel request),
--- when, and in which transaction (written by the transition trigger); a
+-- when, and in which transaction (written by the transition trigger, and
+-- by chaos_given_up_trg for a request made again); a
 -- holder gave its key up when the transaction made another job the holder
 CREATE TABLE chaos.given_up (
     job_id bigint      NOT NULL,
@@ -230,6 +231,29 @@ CREATE TRIGGER chaos_transitions_trg
           OR OLD.max_attempts IS DISTINCT FROM NEW.max_attempts
           OR %1$s IS DISTINCT FROM %2$s)
     EXECUTE FUNCTION chaos.log_transition();
+$fn$, old_cancel, new_cancel);
+
+    -- a replace of a running holder whose cancel was requested before (by
+    -- jobq.cancel) sets the request again: a change of nothing, which the
+    -- trigger above does not log, but the holder gives its key up all the same
+    CREATE FUNCTION chaos.log_given_up()
+    RETURNS trigger
+    LANGUAGE plpgsql
+    SECURITY DEFINER
+    SET search_path = pg_catalog, pg_temp
+    AS $body$
+    BEGIN
+        INSERT INTO chaos.given_up (job_id, at) VALUES (NEW.id, clock_timestamp());
+        RETURN NULL;
+    END
+    $body$;
+    EXECUTE format($fn$
+CREATE TRIGGER chaos_given_up_trg
+    AFTER UPDATE ON jobq.jobs
+    FOR EACH ROW
+    WHEN (OLD.status = 'running' AND NEW.status = 'running' AND %1$s AND %2$s
+          AND OLD.lease = NEW.lease AND OLD.lease_expires_at IS NOT DISTINCT FROM NEW.lease_expires_at)
+    EXECUTE FUNCTION chaos.log_given_up();
 $fn$, old_cancel, new_cancel);
 
     EXECUTE format($fn$

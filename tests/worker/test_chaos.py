@@ -13,6 +13,8 @@ expect it counted.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -395,6 +397,28 @@ def test_evidence_counts_two_holders_of_one_key_as_an_overlap(chaos_db: Db) -> N
     assert found(chaos_db)["unique"]["overlaps"] == 1
 
 
+def test_evidence_explains_a_replace_of_a_running_holder_asked_to_cancel_before(chaos_db: Db) -> None:
+    first = enqueue(chaos_db, key="a1")
+    lease = claim(chaos_db, first)
+    assert cancel(chaos_db, first) == "cancel_requested"
+    # the replace asks again (a change of nothing) and gives the key to a new job
+    replacement = pgjobq.enqueue(
+        chaos_db,
+        "chaos",
+        {"n": 1, "ms": 1, "mode": "plain", "fail": False, "key": "a1"},
+        unique_key="a1",
+        on_conflict="replace",
+    )
+    assert replacement != first
+    chaos_db.execute("INSERT INTO chaos.acked (id) VALUES (%s)", (replacement,))
+
+    evidence = found(chaos_db)
+
+    assert (evidence["unique"]["overlaps"], evidence["unique"]["given_up"]) == (0, 1)
+    assert evidence["shared"] == {"shared": 0}
+    finish(chaos_db, first, lease)
+
+
 def test_evidence_counts_a_force_cancelled_job_done_later(chaos_db: Db) -> None:
     job_id = enqueue(chaos_db)
     lease = claim(chaos_db, job_id)
@@ -539,8 +563,18 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Report]:
     """One short chaos run for all the tests below; its table is printed (pytest -s shows it).
 
     Session-scoped: under pytest-xdist other files' tests may run between these on their worker, and a
-    module fixture would be run again after them.
+    module fixture would be run again after them.  The tests stay on one worker (--dist loadgroup): a
+    second worker of the same run that gets here fails them, rather than running the chaos again.
     """
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is not None:
+        try:
+            (Path(tempfile.gettempdir()) / f"pgjobq-chaos-{run}").touch(exist_ok=False)
+        except FileExistsError:
+            pytest.fail(
+                "another pytest-xdist worker of this run has the short chaos run already: --dist loadgroup"
+                " did not keep the chaos tests together (pytest 9.2 and pytest-xdist issue 1386)"
+            )
     workdir: Path = tmp_path_factory.mktemp("chaos")
     result = run_chaos(ChaosConfig.short(), workdir)
     render(result, Console(width=120))
