@@ -133,8 +133,7 @@ CREATE TABLE chaos.transitions (
 -- the scope it took the key with
 -- running jobs that may have given up their key to a replacement
 -- (on_conflict replace: by losing their retries, or by a cancel request),
--- when, and in which transaction (written by the transition trigger, and
--- by chaos_given_up_trg for a request made again); a
+-- when, and in which transaction (written by chaos_given_up_trg); a
 -- holder gave its key up when the transaction made another job the holder
 CREATE TABLE chaos.given_up (
     job_id bigint      NOT NULL,
@@ -213,10 +212,6 @@ BEGIN
          clock_timestamp(),
          OLD.lease_expires_at, NEW.locked_at, NEW.lease_expires_at, session_user, NEW.run_at,
          OLD.max_attempts, NEW.max_attempts, %1$s, %2$s, OLD.attempts);
-    IF OLD.status = 'running' AND NEW.status = 'running'
-       AND (NEW.max_attempts < OLD.max_attempts OR (%2$s AND NOT %1$s)) THEN
-        INSERT INTO chaos.given_up (job_id, at) VALUES (NEW.id, clock_timestamp());
-    END IF;
     RETURN NULL;
 END
 $body$;
@@ -233,9 +228,11 @@ CREATE TRIGGER chaos_transitions_trg
     EXECUTE FUNCTION chaos.log_transition();
 $fn$, old_cancel, new_cancel);
 
-    -- a replace of a running holder whose cancel was requested before (by
-    -- jobq.cancel) sets the request again: a change of nothing, which the
-    -- trigger above does not log, but the holder gives its key up all the same
+    -- a running job that lost its retries or was asked to cancel, under the
+    -- same lease, may have given its key up.  Asked again too: a replace of
+    -- a running holder whose cancel was requested before (by jobq.cancel)
+    -- sets the request again, a change of nothing, which the trigger above
+    -- does not log, but the holder gives its key up all the same
     CREATE FUNCTION chaos.log_given_up()
     RETURNS trigger
     LANGUAGE plpgsql
@@ -251,8 +248,11 @@ $fn$, old_cancel, new_cancel);
 CREATE TRIGGER chaos_given_up_trg
     AFTER UPDATE ON jobq.jobs
     FOR EACH ROW
-    WHEN (OLD.status = 'running' AND NEW.status = 'running' AND %1$s AND %2$s
-          AND OLD.lease = NEW.lease AND OLD.lease_expires_at IS NOT DISTINCT FROM NEW.lease_expires_at)
+    WHEN (OLD.status = 'running' AND NEW.status = 'running'
+          AND (NEW.max_attempts < OLD.max_attempts
+               OR (%2$s AND NOT %1$s)
+               OR (%2$s AND OLD.lease = NEW.lease
+                   AND OLD.lease_expires_at IS NOT DISTINCT FROM NEW.lease_expires_at)))
     EXECUTE FUNCTION chaos.log_given_up();
 $fn$, old_cancel, new_cancel);
 
