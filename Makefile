@@ -4,7 +4,10 @@
 #   make install   install the extension into PostgreSQL (PG_CONFIG=... to choose)
 #   make test      install what is missing, lint, then run the whole test suite
 #   make demo      a throwaway PostgreSQL, 1,000 jobs, 4 workers, a live view
-#   make chaos     the full chaos run: 200,000 jobs, 8 workers, faults injected
+#   make chaos     the full chaos runs: chaos.py's (200,000 jobs, 8 workers, faults injected),
+#                  then chaos-limits'
+#   make chaos-limits  the flow-control chaos run: 50,000 jobs on limited queues and a 1-second
+#                  schedule, 8 workers, faults injected (tests/helpers/chaos_limits.py --full)
 #   make bench     every contender side by side, report and plots in bench/results (<= 15 min)
 #   make bench-quick  the same, smaller (< 2 min)
 #   make bench-instructions  server instructions per job on the hot paths, this version and the previous
@@ -44,7 +47,7 @@ VENV_PYTHON ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 
-.PHONY: build deps venv test demo lint chaos bench bench-quick bench-profile bench-instructions
+.PHONY: build deps venv test demo lint chaos chaos-limits bench bench-quick bench-profile bench-instructions
 
 build: $(SCRIPT)
 
@@ -78,6 +81,11 @@ demo: deps venv
 chaos: deps venv
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) tests/helpers/chaos.py --full
+	$(PY) tests/helpers/chaos_limits.py --full
+
+chaos-limits: deps venv
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(PY) tests/helpers/chaos_limits.py --full
 
 bench: venv
 	@tools/ensure-deps bench

@@ -99,6 +99,11 @@ def ratio(value: float) -> str:
     return f"{value:.2f}{TIMES}"
 
 
+def small_ratio(value: float) -> str:
+    """A ratio that may be far below 1 (the limits workload's): two significant digits below 0.1."""
+    return ratio(value) if value >= 0.1 else f"{value:.2g}{TIMES}"
+
+
 def ms(value: float) -> str:
     return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.0f}"
 
@@ -273,6 +278,25 @@ def soak_rates(soak: dict[str, Any]) -> tuple[float, float] | None:
     return first, last
 
 
+def limit_runs(results: Results, variant: str, cell: tuple[int, int]) -> dict[int, dict[str, Any]]:
+    """Per repeat, the run of one queue of the limits workload in one cell (clients, batch), errors
+    left out."""
+    return {
+        run["repeat"]: run
+        for run in results.limits.get("runs", [])
+        if run["variant"] == variant and (run["clients"], run["batch"]) == cell and not run.get("error")
+    }
+
+
+def limit_rates(results: Results, variant: str, cell: tuple[int, int], key: str = "rate") -> dict[int, float]:
+    return {rep: float(run[key]) for rep, run in limit_runs(results, variant, cell).items()}
+
+
+def limit_cells(results: Results) -> list[tuple[int, int]]:
+    """The (clients, batch) cells of the limits workload, in the order they ran."""
+    return list(dict.fromkeys((run["clients"], run["batch"]) for run in results.limits.get("runs", [])))
+
+
 def scheduled_quantiles(results: Results, q: float) -> Spread | None:
     return Spread.of(quantile(rec["samples_ms"], q) for rec in results.scheduled if rec["samples_ms"])
 
@@ -410,9 +434,9 @@ def ratio_rows(view: View) -> list[list[str]]:
     r = view.r
     rows: list[list[str]] = []
 
-    def add(name: str, spread: Spread | None) -> None:
+    def add(name: str, spread: Spread | None, fmt: Callable[[float], str] = ratio) -> None:
         if spread is not None:
-            rows.append([name, spread.show(ratio), str(spread.n)])
+            rows.append([name, spread.show(fmt), str(spread.n)])
 
     for label, a, b, batch in PAIRS:
         for count in view.workers:
@@ -458,6 +482,20 @@ def ratio_rows(view: View) -> list[list[str]]:
         add(
             f"versions: {path['label']}, {r.versions['current']} / {r.versions['previous']}",
             paired(version_rates(r, path["name"], "current"), version_rates(r, path["name"], "previous")),
+        )
+    for cell in limit_cells(r):
+        plain = limit_rates(r, "plain", cell)
+        for variant in r.limits.get("variants", []):
+            if variant["name"] != "plain" and limit_runs(r, variant["name"], cell):
+                add(
+                    f"limits: {variant['label']} / plain queue, {cell[0]} clients b{cell[1]}",
+                    paired(limit_rates(r, variant["name"], cell), plain),
+                    small_ratio,
+                )
+    for rec in r.rate_limit[:1]:
+        add(
+            f"rate limit: Workers' jobs/s / rate_limit {rec['rate_limit']}/s",
+            Spread.of(run["rate"] / run["rate_limit"] for run in r.rate_limit if not run.get("error")),
         )
     return rows
 
@@ -833,6 +871,135 @@ def _versions_section(r: Results) -> list[str]:
     return out
 
 
+def _limits_section(r: Results) -> list[str]:
+    lim = r.limits
+    if not lim:
+        return []
+    out = ["## Queues with limits", ""]
+    if lim.get("error"):
+        return [*out, f"Not measured: {lim['error']}"]
+    out.append(
+        f"Claim + complete on a queue with limits (`jobq.configure_queue`) against the same queue without "
+        "any (plain), one database each, driven by pgbench: prepared statements, "
+        f"{lim['seconds']} s per run, durable commits; each client loops over `jobq.claim(q, batch, w)` and "
+        f"one `jobq.complete_many` of what it got, and waits {lim['empty_wait_ms']} ms after a claim that "
+        "got nothing (a limit reached). Every run starts from a fresh backlog loaded with "
+        "`jobq.enqueue_many(..., concurrency_keys => ...)`; every repeat runs every queue in rotated "
+        "order, so the ratio to the plain queue is paired per repeat. Claims/s counts every claim, those "
+        "that got nothing too; jobs per claim is jobs done / claims. The skewed queues put the hot key's "
+        "jobs ahead of the small keys' (enqueued first), the case where priority order walks the hot "
+        "key's backlog at every claim."
+    )
+    plain_label = next((v["label"] for v in lim.get("variants", []) if v["name"] == "plain"), "plain")
+    for cell in limit_cells(r):
+        out += ["", f"{cell[0]} clients, batch {cell[1]}:", ""]
+        plain = limit_rates(r, "plain", cell)
+        rows = []
+        for variant in lim.get("variants", []):
+            name = variant["name"]
+            runs = limit_runs(r, name, cell)
+            if not runs:
+                continue
+            rates = {rep: float(run["rate"]) for rep, run in runs.items()}
+            each = ratios(rates, plain)
+            spread = Spread.of(each)
+            drained = any(run.get("drained") for run in runs.values())
+            per_claim = Spread.of(
+                run["processed"] / run["claims"] for run in runs.values() if run.get("claims")
+            )
+            rows.append(
+                [
+                    variant["label"] + (" †" if drained else ""),
+                    shown(rates.values(), rate),
+                    shown((float(run["claims_per_second"]) for run in runs.values()), rate),
+                    per_claim.show(lambda v: f"{v:.1f}") if per_claim else "—",
+                    "1" if name == "plain" else (spread.show(small_ratio) if spread else "—"),
+                ]
+            )
+        out.append(
+            table(
+                ["queue", "jobs/s", "claims/s", "jobs per claim", f"/ {plain_label} (min{DASH}max)"],
+                rows,
+            )
+        )
+    if any(run.get("drained") for run in lim.get("runs", [])):
+        out += ["", "† the backlog ran out in a run before its end: that run's rate is low."]
+    skew = [v for v in lim.get("variants", []) if v.get("hot")]
+    sizes = sorted({v["hot"] for v in skew})
+    if len(sizes) > 1:
+        out += [
+            "",
+            "The skew by the hot key's backlog (jobs/s, and / the smallest backlog, paired per repeat):",
+            "",
+        ]
+        rows = []
+
+        def kind(variant: dict[str, Any]) -> str:
+            """The skew's rows: key order, and jit off where the variant turned it off."""
+            order = str(variant["settings"].get("key_order", "priority"))
+            return order if variant.get("jit", True) else f"{order}, jit off"
+
+        for cell in limit_cells(r):
+            for order in sorted({kind(v) for v in skew}):
+                by_size = {v["hot"]: limit_rates(r, v["name"], cell) for v in skew if kind(v) == order}
+                base = by_size.get(sizes[0], {})
+                cells = []
+                for size in sizes:
+                    spread = paired(by_size.get(size, {}), base) if base else None
+                    cells.append(
+                        shown(by_size.get(size, {}).values(), rate)
+                        + (f" ({spread.show(small_ratio)})" if spread and size != sizes[0] else "")
+                    )
+                if any(by_size.values()):
+                    rows.append([f"{cell[0]} clients b{cell[1]}, {order}", *cells])
+        out.append(table(["cell, key_order", *(f"hot key {size:,} jobs" for size in sizes)], rows))
+    return out
+
+
+def _rate_section(r: Results) -> list[str]:
+    runs = [run for run in r.rate_limit if not run.get("error")]
+    if not r.rate_limit:
+        return []
+    out = ["## Rate-limited queue", ""]
+    if not runs:
+        return [*out, f"Not measured: {r.rate_limit[0]['error'].strip().splitlines()[0]}"]
+    first = runs[0]
+    out.append(
+        f"{first['workers']} pgjobq Worker processes (batch {first['batch']}, defaults otherwise: LISTEN, "
+        f"1 s poll) on a queue with `rate_limit => {first['rate_limit']}` per second and a backlog of "
+        f"{first['backlog']:,} jobs, for {first['limit']:g} s from the start barrier; zero work. Claims "
+        "are the calls of `jobq._claim_gated` (every claim of a queue with limits, whichever function "
+        "made it, those that got nothing too), counted with `track_functions = 'pl'` (an upper bound: those "
+        "made while the Workers stop count too): a Worker that spun "
+        "on a queue at its limit would show hundreds per second. The rate window slides: a run of "
+        "*t* s may take up to rate_limit jobs in each of ceil(*t*) windows, so jobs/s over a run can pass "
+        "the limit by one window's worth; the most jobs claimed in any 1 s (from their claim times) is "
+        "what the limit bounds. Median of the repeats "
+        f"(min{DASH}max)."
+    )
+    out.append("")
+    workers = first["workers"]
+    out.append(
+        table(
+            ["jobs/s", "rate_limit/s", "jobs/s / rate_limit", "most claimed in any 1 s",
+             "claims/s, all Workers", "claims/s per Worker", "jobs per claim"],
+            [
+                [
+                    shown((run["rate"] for run in runs), rate),
+                    str(first["rate_limit"]),
+                    shown((run["rate"] / run["rate_limit"] for run in runs), ratio),
+                    shown((run.get("window_max", 0) for run in runs), rate),
+                    shown((run["claims_per_second"] for run in runs), lambda v: f"{v:,.1f}"),
+                    shown((run["claims_per_second"] / workers for run in runs), lambda v: f"{v:,.1f}"),
+                    shown((run["processed"] / run["claims"] for run in runs if run["claims"]),
+                          lambda v: f"{v:.1f}"),
+                ]
+            ],
+        )
+    )  # fmt: skip
+    return out
+
+
 def _latency_section(r: Results) -> list[str]:
     if not r.latency:
         return []
@@ -1124,6 +1291,10 @@ def write_report(results: Results, out: Path) -> str:
     lines += [*_enqueue_section(results), ""]
     if versions := _versions_section(results):  # only runs that measured it have the section
         lines += [*versions, ""]
+    if limits := _limits_section(results):
+        lines += [*limits, ""]
+    if rated := _rate_section(results):
+        lines += [*rated, ""]
     lines += [*_latency_section(results), ""]
     if plots["latency.png"]:
         lines += ["![latency distribution](latency.png)", ""]

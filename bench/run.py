@@ -3,6 +3,7 @@
     .venv/bin/python bench/run.py --quick     # make bench-quick: under 2 minutes, everything scaled down
     .venv/bin/python bench/run.py --full      # make bench: at most 15 minutes
     .venv/bin/python bench/run.py --quick --workloads versions   # current SQL against the previous version
+    .venv/bin/python bench/run.py --quick --workloads limits,rate_limit --out /tmp/lim   # limits
 
 It starts a throwaway PostgreSQL (and Redis when a contender needs it), gives
 every contender a fresh database on that same server, runs the workloads
@@ -33,12 +34,24 @@ from driver import Servers, WorkerPool, timer  # noqa: E402
 from report import write_report  # noqa: E402
 from workloads import COMPARE_WITH_ENV, FULL, QUICK, Bench, Results  # noqa: E402
 
-WORKLOADS = ("throughput", "work", "enqueue", "versions", "latency", "scheduled", "claim_cost", "soak")
+WORKLOADS = (
+    "throughput",
+    "work",
+    "enqueue",
+    "versions",
+    "limits",
+    "rate_limit",
+    "latency",
+    "scheduled",
+    "claim_cost",
+    "soak",
+)
 CONTENDER_WORKLOADS = ("throughput", "work")  # the others make databases of their own
 POOL_WORKLOADS = (
     "throughput",
     "work",
     "enqueue",
+    "rate_limit",
     "latency",
     "scheduled",
     "soak",

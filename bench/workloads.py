@@ -23,6 +23,11 @@ the machine hits all of them alike.  Results are plain dicts and lists
   holds a transaction (a snapshot) open; throughput and sizes over time.
 - versions: pgjobq's own SQL, the current version against the previous one
   (two databases, one per version), on the hot paths, driven by pgbench.
+- limits: claim + complete (pgbench) on queues with limits (a global
+  concurrency, 10,000 concurrency keys, one hot key with a long backlog)
+  against the plain queue, same clients and batch, in one run.
+- rate_limit: pgjobq Workers on a rate-limited queue: jobs/s against the
+  limit, and how many claims the Workers make per second meanwhile.
 """
 
 from __future__ import annotations
@@ -42,11 +47,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 import pgjobq
 
 from contenders import article
-from contenders._pgbench import CLAIM_COMPLETE, ENQUEUE_ONE, ONE_TRIP, run_pgbench
+from contenders._pgbench import CLAIM_COMPLETE, CLAIM_WAIT, EMPTY_WAIT_MS, ENQUEUE_ONE, ONE_TRIP, run_pgbench
 from contenders._util import describe, explain_nested, insert_queued, payloads
 from contenders.base import Contender, Target, WorkerHooks
 from contenders.pgjobq_sql import QUEUE, pgjobq_reset, pgjobq_setup
@@ -54,7 +60,16 @@ from contenders.pgjobq_worker import PgjobqWorker, run_until, worker_settings
 from contenders.sql_ceiling import DrivenContender, count_done
 from driver import Measured, Servers, Task, WorkerPool, WorkTask, timer
 
-__all__ = ["FULL", "QUICK", "VERSION_PATHS", "Bench", "Scale", "previous_version"]
+__all__ = [
+    "FULL",
+    "QUICK",
+    "VERSION_PATHS",
+    "Bench",
+    "LimitVariant",
+    "Scale",
+    "limit_variants",
+    "previous_version",
+]
 
 IDEAL_PER_WORKER = 200.0  # jobs/s one worker can do at 5 ms per job
 MIN_BACKLOG = 1_000  # the smallest backlog a zero-work run is given (see Bench._backlog)
@@ -113,6 +128,24 @@ class Scale:
     versions_clients: int
     versions_seconds: int  # per run (pgbench -T, whole seconds)
     versions_backlog: int  # jobs queued before a claim run, times its batch, until earlier runs tell more
+    # limits (pgbench, _pgbench.CLAIM_WAIT): queues with limits against the plain queue, same clients/batch
+    limits_cells: tuple[tuple[int, int], ...]  # (clients, batch): the plain queue and the global limits
+    limits_keyed_cells: tuple[tuple[int, int], ...]  # (clients, batch): the plain queue and the keyed ones
+    limits_seconds: int  # per run (pgbench -T, whole seconds)
+    limits_backlog: int  # jobs queued before a run (the skew's: on small keys), until runs tell more
+    limits_keys: int  # the many-keys variants: job i gets key i mod this
+    limits_key_concurrency: tuple[int, ...]
+    limits_orders: tuple[str, ...]  # key_order of the keyed variants
+    limits_loose: int  # a global concurrency that does not bind
+    limits_binding: int  # one that does: below clients x batch
+    limits_hot: tuple[int, ...]  # the skew: the hot key's backlog, enqueued ahead of the small keys' jobs
+    limits_small_keys: int  # the skew: the small keys sharing the rest of the backlog
+    limits_pick: tuple[str, ...]  # the queues (LimitVariant.name) to run, the plain one always; (): all
+    # rate limit: pgjobq Workers on a queue with rate_limit per second
+    rate_limit: int
+    rate_workers: int
+    rate_batch: int
+    rate_seconds: float  # per run
     # a CHECKPOINT before every run, so that none falls inside one (the quick run is shorter than
     # checkpoint_timeout and writes far less than max_wal_size: no checkpoint can start during it)
     checkpoint_each_run: bool = True
@@ -120,7 +153,9 @@ class Scale:
     @property
     def pool_size(self) -> int:
         # the enqueue's clients run beside one consumer
-        return max(*self.workers, *self.work_workers, self.enqueue_clients + 1, self.soak_workers)
+        return max(
+            *self.workers, *self.work_workers, self.enqueue_clients + 1, self.soak_workers, self.rate_workers
+        )
 
 
 FULL = Scale(
@@ -156,6 +191,22 @@ FULL = Scale(
     versions_clients=4,
     versions_seconds=2,
     versions_backlog=10_000,
+    limits_cells=((16, 1), (16, 10)),
+    limits_keyed_cells=((4, 10),),
+    limits_seconds=2,
+    limits_backlog=30_000,
+    limits_keys=10_000,
+    limits_key_concurrency=(1, 2),
+    limits_orders=("priority", "round_robin"),
+    limits_loose=1_000,
+    limits_binding=8,
+    limits_hot=(1_000, 10_000, 30_000),
+    limits_small_keys=1_000,
+    limits_pick=(),
+    rate_limit=200,
+    rate_workers=4,
+    rate_batch=10,
+    rate_seconds=3.0,
 )
 
 QUICK = Scale(
@@ -191,6 +242,22 @@ QUICK = Scale(
     versions_clients=4,
     versions_seconds=1,
     versions_backlog=10_000,
+    limits_cells=((4, 10),),
+    limits_keyed_cells=((4, 10),),
+    limits_seconds=1,
+    limits_backlog=5_000,
+    limits_keys=2_000,
+    limits_key_concurrency=(1,),
+    limits_orders=("priority", "round_robin"),
+    limits_loose=1_000,
+    limits_binding=8,
+    limits_hot=(3_000,),
+    limits_small_keys=1_000,
+    limits_pick=("concurrency_8", "keys_2000_kc1_round_robin", "skew_3000_priority_jit_off"),
+    rate_limit=200,
+    rate_workers=4,
+    rate_batch=10,
+    rate_seconds=1.0,
     checkpoint_each_run=False,
 )
 
@@ -220,6 +287,125 @@ VERSION_PATHS = (
 )
 HOT_PATHS = ("claim_complete", "enqueue")  # a new version keeps these within 3% of the previous one
 WITHIN = 0.97  # current / previous, at least
+
+
+@dataclass(frozen=True)
+class LimitVariant:
+    """A queue of the limits workload: its limits (jobq.configure_queue's named arguments), how its
+    backlog's jobs get concurrency keys, and whether its database turns JIT compilation off."""
+
+    name: str
+    label: str
+    settings: tuple[tuple[str, Any], ...] = ()  # none: the plain queue
+    keys: int = 0  # job i of the backlog gets key "k<i mod keys>"
+    hot: int = 0  # the skew: this many jobs of key "hot" enqueued first, then the backlog on small keys
+    small_keys: int = 0  # the skew: the backlog's job i gets key "s<i mod small_keys>"
+    jit: bool = True  # False: ALTER DATABASE ... SET jit = off (the server's default is on)
+
+    @property
+    def keyed(self) -> bool:
+        return bool(self.keys or self.hot)
+
+
+PLAIN = "plain"  # the limits workload's baseline: the same queue without limits
+JIT_OFF = "jit off"  # the label of the variants whose database has jit = off
+
+
+def limit_variants(scale: Scale) -> list[LimitVariant]:
+    """The queues the limits workload compares, the plain one first (limits_pick keeps some only).
+
+    Priority order's pick of a keyed queue is a cursor whose estimated cost grows with the queue's
+    backlog: past PostgreSQL's jit_above_cost every claim compiles it.  So the priority variants come
+    twice where it matters: as the server runs them (jit on, its default) and with jit off, which
+    leaves the cost of walking the backlog alone.
+    """
+    found = [
+        LimitVariant(PLAIN, "plain queue, no limits"),
+        LimitVariant(
+            f"concurrency_{scale.limits_loose}",
+            f"concurrency {scale.limits_loose:,} (does not bind)",
+            (("concurrency", scale.limits_loose),),
+        ),
+        LimitVariant(
+            f"concurrency_{scale.limits_binding}",
+            f"concurrency {scale.limits_binding}",
+            (("concurrency", scale.limits_binding),),
+        ),
+    ]
+    keys = scale.limits_keys
+    for per_key in scale.limits_key_concurrency:
+        for order in scale.limits_orders:
+            settings = (("key_concurrency", per_key), ("key_order", order))
+            name, label = (
+                f"keys_{keys}_kc{per_key}_{order}",
+                f"{keys:,} keys, key_concurrency {per_key}, {order}",
+            )
+            found.append(LimitVariant(name, label, settings, keys=keys))
+            if order == "priority" and per_key == scale.limits_key_concurrency[0]:
+                found.append(
+                    LimitVariant(f"{name}_jit_off", f"{label}, {JIT_OFF}", settings, keys=keys, jit=False)
+                )
+    small = scale.limits_small_keys
+    for hot in scale.limits_hot:
+        for order in scale.limits_orders:
+            settings = (("key_concurrency", 1), ("key_order", order))
+            name = f"skew_{hot}_{order}"
+            label = f"one hot key of {hot:,} jobs + {small:,} small keys, key_concurrency 1, {order}"
+            if order == "priority":
+                if hot == max(scale.limits_hot):  # as the server runs it: jit on, whatever the hot backlog
+                    found.append(LimitVariant(name, label, settings, hot=hot, small_keys=small))
+                found.append(
+                    LimitVariant(
+                        f"{name}_jit_off",
+                        f"{label}, {JIT_OFF}",
+                        settings,
+                        hot=hot,
+                        small_keys=small,
+                        jit=False,
+                    )
+                )
+            else:
+                found.append(LimitVariant(name, label, settings, hot=hot, small_keys=small))
+    if scale.limits_pick:
+        found = [v for v in found if v.name == PLAIN or v.name in scale.limits_pick]
+    return found
+
+
+# jobs %(first)s..%(last)s of queue %(queue)s in one jobq.enqueue_many call, each with the concurrency key
+# {key} (an SQL expression of g, the job's number; NULL: none), payloads built by the server
+KEYED_ENQUEUE_SQL = """
+SELECT cardinality(jobq.enqueue_many(%(queue)s, array_agg(jsonb_build_object('i', g) ORDER BY g),
+                                     concurrency_keys => array_agg({key} ORDER BY g)))
+  FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g
+"""
+LOAD_CHUNK = 100_000  # jobs per enqueue_many call when loading a backlog
+
+# the state kept by a queue with limits besides jobq.jobs (52_limits.sql); TRUNCATE'd between runs
+LIMIT_TABLES = ("jobq.concurrency_keys", "jobq.queue_gates")
+
+# the queue's jobs still queued after a run, the hot key's left out (it never drains)
+LEFT_SQL = """
+SELECT count(*) FROM jobq.jobs AS j
+ WHERE j.queue = %s AND j.status = 'queued'
+   AND NOT EXISTS (SELECT FROM jobq.concurrency_keys AS k WHERE k.id = j.id AND k.concurrency_key = 'hot')
+"""
+
+# the most jobs of the queue claimed within any rate window (a claim's time is its jobs' locked_at,
+# which completing leaves alone): what rate_limit bounds
+WINDOW_MAX_SQL = """
+SELECT coalesce(max(w.claimed), 0) FROM (
+  SELECT count(*) OVER (ORDER BY j.locked_at RANGE BETWEEN CURRENT ROW
+                                            AND %(window)s::interval - interval '1 microsecond' FOLLOWING)
+         AS claimed
+    FROM jobq.jobs AS j WHERE j.queue = %(queue)s AND j.locked_at IS NOT NULL) AS w
+"""
+
+# claims made on queues with limits: every path of a claim (claim, claim_any, complete_and_claim) goes
+# through jobq._claim_gated once per queue with limits; counted with track_functions = 'pl'
+GATED_CALLS_SQL = """
+SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+ WHERE schemaname = 'jobq' AND funcname = '_claim_gated'
+"""
 
 AVAILABLE_VERSIONS = """
 SELECT e.default_version, array_agg(v.version::text)
@@ -384,6 +570,8 @@ class Results:
     claim_plans: dict[str, str] = field(default_factory=dict)
     soak: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, Any] = field(default_factory=dict)
+    rate_limit: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
@@ -992,6 +1180,188 @@ class Bench:
             "drained": run.drained,
         }
 
+    # -- limits -------------------------------------------------------------------------
+
+    def limits(self) -> None:
+        """Claim + complete on queues with limits against the plain queue (pgbench, CLAIM_WAIT).
+
+        One database per queue (LimitVariant), configured once.  Every repeat runs, in every cell
+        (clients, batch), the plain queue and the others of the cell (the global limits in
+        limits_cells, the keyed ones in limits_keyed_cells) in rotated order: the same clients, the same
+        seconds, a fresh backlog each.
+        """
+        scale = self.scale
+        variants = limit_variants(scale)
+        record: dict[str, Any] = {
+            "seconds": scale.limits_seconds,
+            "empty_wait_ms": EMPTY_WAIT_MS,
+            "variants": [{**asdict(v), "settings": dict(v.settings)} for v in variants],
+            "runs": [],
+        }
+        self.results.limits = record
+        targets: dict[str, Target] = {}
+        try:
+            for variant in variants:
+                target = self.servers.create_database(f"bench_limits_{variant.name}")
+                pgjobq_setup(target)
+                if not variant.jit:
+                    with psycopg.connect(target.dsn, autocommit=True) as conn:
+                        database = sql.Identifier(conn.info.dbname)
+                        conn.execute(sql.SQL("ALTER DATABASE {} SET jit = off").format(database))
+                if variant.settings:
+                    _configure(target, dict(variant.settings))
+                targets[variant.name] = target
+        except Exception as exc:
+            record["error"] = describe(exc)
+            self.log(f"  cannot set up the queues with limits: {record['error']}")
+            return
+        failed: set[tuple[str, int, int]] = set()  # (queue, clients, batch)
+        for repeat in range(self.repeats):
+            for clients, batch in dict.fromkeys((*scale.limits_cells, *scale.limits_keyed_cells)):
+                cell = [
+                    v.name
+                    for v in variants
+                    if v.name == PLAIN
+                    or (clients, batch) in (scale.limits_keyed_cells if v.keyed else scale.limits_cells)
+                ]
+                for name in rotated(cell, repeat):
+                    if (name, clients, batch) in failed:
+                        continue
+                    variant = next(v for v in variants if v.name == name)
+                    backlog = self._limits_backlog(variant, clients, batch)
+                    try:
+                        run = self._limits_run(targets[name], variant, clients, batch, backlog)
+                    except Exception as exc:
+                        run = {"error": describe(exc)}
+                        failed.add((name, clients, batch))
+                    run.update(variant=name, clients=clients, batch=batch, repeat=repeat)
+                    record["runs"].append(run)
+                    shown = run.get("error") or (
+                        f"{run['rate']:>8.0f} jobs/s {run['claims_per_second']:>7.0f} claims/s"
+                        f"{'  (drained)' if run['drained'] else ''}"
+                    )
+                    self.log(f"  r{repeat} c={clients:<2} b={batch:<3} {name:<28} {shown}")
+
+    def _limits_backlog(self, variant: LimitVariant, clients: int, batch: int) -> int:
+        """Jobs to queue before a run (the skew: besides the hot key's): limits_backlog, or twice the
+        most an earlier run of this queue in this cell processed if that is more, and at least one per
+        key for the many-keys queues."""
+        runs = self.results.limits["runs"]
+        best = max(
+            (
+                run["processed"]
+                for run in runs
+                if (run["variant"], run["clients"], run["batch"]) == (variant.name, clients, batch)
+                and "error" not in run
+            ),
+            default=0,
+        )
+        return max(self.scale.limits_backlog, math.ceil(2 * best), variant.keys)
+
+    def _limits_run(
+        self, target: Target, variant: LimitVariant, clients: int, batch: int, backlog: int
+    ) -> dict[str, Any]:
+        """One pgbench run on a queue: reset, its backlog, settle, CLAIM_WAIT for limits_seconds."""
+        with timer() as load:
+            _reset_limited(target)
+            with psycopg.connect(target.dsn, autocommit=True) as conn:
+                first = 1
+                if variant.hot:
+                    _enqueue_keyed(conn, first, variant.hot, "'hot'::text")
+                    first += variant.hot
+                if variant.small_keys:
+                    key = f"'s' || mod(g, {variant.small_keys})"
+                elif variant.keys:
+                    key = f"'k' || mod(g, {variant.keys})"
+                else:
+                    key = "NULL::text"
+                _enqueue_keyed(conn, first, first + backlog - 1, key)
+        self.servers.settle(target.dsn, checkpoint=self.scale.checkpoint_each_run)
+        run = run_pgbench(
+            self.servers.pg.bindir,
+            target.dsn,
+            CLAIM_WAIT,
+            clients=clients,
+            seconds=self.scale.limits_seconds,
+            batch=batch,
+        )
+        processed = count_done(target.dsn)
+        with psycopg.connect(target.dsn, autocommit=True) as conn:
+            row = conn.execute(LEFT_SQL, (QUEUE,)).fetchone()
+        left = int(row[0]) if row else 0
+        return {
+            "backlog": backlog,
+            "hot": variant.hot,
+            "load_seconds": load(),
+            "processed": processed,
+            "seconds": run.seconds,
+            "rate": processed / run.seconds,
+            "claims": run.transactions,
+            "claims_per_second": run.transactions / run.seconds,
+            "left": left,
+            "drained": left == 0,
+        }
+
+    # -- rate limit ---------------------------------------------------------------------
+
+    def rate_limit(self) -> None:
+        """pgjobq Workers on a queue with rate_limit per second: the jobs they process per second
+        against the limit, and the claims they make per second (jobq._claim_gated's calls)."""
+        scale = self.scale
+        target = self.servers.create_database("bench_rate_limit")
+        pgjobq_setup(target)
+        with psycopg.connect(target.dsn, autocommit=True) as conn:
+            # counts the calls of PL/pgSQL functions in every session of the database
+            conn.execute(
+                sql.SQL("ALTER DATABASE {} SET track_functions = 'pl'").format(
+                    sql.Identifier(conn.info.dbname)
+                )
+            )
+        _configure(target, {"rate_limit": scale.rate_limit, "rate_interval": timedelta(seconds=1)})
+        backlog = max(MIN_BACKLOG, math.ceil(3 * scale.rate_limit * scale.rate_seconds))
+        for repeat in range(self.repeats):
+            _reset_limited(target)
+            with psycopg.connect(target.dsn, autocommit=True) as conn:
+                _enqueue_keyed(conn, 1, backlog, "NULL::text")
+            self._settle(target)
+            with psycopg.connect(target.dsn, autocommit=True) as conn:
+                conn.execute("SELECT pg_stat_reset()")
+            tasks: list[Task] = [WorkTask(PgjobqWorker, target, scale.rate_batch, 0.0)] * scale.rate_workers
+            started = self.pool.start(tasks, goal=1 << 60)
+            try:
+                measured = self.pool.wait(started, scale.rate_seconds)
+            finally:
+                errors = self.pool.finish()
+            claims = _gated_calls(target)
+            with psycopg.connect(target.dsn, autocommit=True) as conn:
+                row = conn.execute(
+                    WINDOW_MAX_SQL, {"queue": QUEUE, "window": timedelta(seconds=1)}
+                ).fetchone()
+            window_max = int(row[0]) if row else 0
+            record = _measured(
+                {
+                    "repeat": repeat,
+                    "rate_limit": scale.rate_limit,
+                    "workers": scale.rate_workers,
+                    "batch": scale.rate_batch,
+                    "backlog": backlog,
+                    "limit": scale.rate_seconds,
+                    "claims": claims,
+                    "claims_per_second": claims / measured.seconds if measured.seconds > 0 else 0.0,
+                    "window_max": window_max,
+                },
+                measured,
+            )
+            if errors and not record["error"]:
+                record["error"] = errors[0]
+            self.results.rate_limit.append(record)
+            self.log(
+                f"  r{repeat} {measured.rate:>7.0f} jobs/s (limit {scale.rate_limit}/s), "
+                f"at most {window_max} claimed in a 1 s window, "
+                f"{record['claims_per_second']:>6.1f} claims/s over {scale.rate_workers} Workers"
+                f"{_error(measured)}"
+            )
+
     # -- soak ---------------------------------------------------------------------------
 
     def soak(self) -> None:
@@ -1073,6 +1443,55 @@ SELECT pg_relation_size('jobq.jobs') AS table_bytes,
   FROM pg_stat_user_tables AS s
  WHERE s.relid = 'jobq.jobs'::regclass
 """
+
+
+def _configure(target: Target, settings: dict[str, Any]) -> None:
+    """jobq.configure_queue(QUEUE, <name> => <value>, ...) in the target's database."""
+    arguments = sql.SQL(", ").join(
+        sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in settings
+    )
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("SELECT jobq.configure_queue(%(queue)s, {})").format(arguments),
+            {"queue": QUEUE, **settings},
+        )
+
+
+def _reset_limited(target: Target) -> None:
+    """Every job gone, with the state a queue with limits keeps (its keys, its gate); its settings kept."""
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT array_agg(t) FILTER (WHERE to_regclass(t) IS NOT NULL) FROM unnest(%s::text[]) AS t",
+            (["jobq.jobs", *LIMIT_TABLES],),
+        ).fetchone()
+        present = list(row[0]) if row and row[0] else ["jobq.jobs"]
+        tables = sql.SQL(", ").join(sql.Identifier(*name.split(".")) for name in present)
+        conn.execute(sql.SQL("TRUNCATE {}").format(tables))
+
+
+def _enqueue_keyed(conn: psycopg.Connection[Any], first: int, last: int, key: str) -> None:
+    """Jobs first..last of QUEUE through jobq.enqueue_many, LOAD_CHUNK per call, each with the
+    concurrency key the SQL expression key gives (of g, the job's number)."""
+    statement = sql.SQL(KEYED_ENQUEUE_SQL.format(key=key))  # the expression is the workload's own
+    for start in range(first, last + 1, LOAD_CHUNK):
+        conn.execute(statement, {"queue": QUEUE, "first": start, "last": min(last, start + LOAD_CHUNK - 1)})
+
+
+def _gated_calls(target: Target) -> int:
+    """The calls of jobq._claim_gated in the database since pg_stat_reset(), once the sessions that
+    made them have flushed their counters (at their end, which may come a little after the Workers
+    return): read until two reads 0.3 s apart agree, for 3 s at most."""
+    calls = -1
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        deadline = time.monotonic() + 3.0
+        while True:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(GATED_CALLS_SQL).fetchone()
+            seen = int(row[0]) if row else 0
+            if (seen == calls and seen > 0) or time.monotonic() > deadline:
+                return seen
+            calls = seen
+            time.sleep(0.3)
 
 
 def _extension_version(target: Target) -> str:

@@ -20,6 +20,11 @@ The scripts, each the only copy of its statements:
 - ``CLAIM_COMPLETE``: one job per transaction pair, ``jobq.claim(q, 1, w)``
   then ``jobq.complete(id, lease)``.
 - ``ENQUEUE_ONE``: one single-row ``jobq.enqueue(q, '{}')`` per transaction.
+- ``CLAIM_WAIT``: ``CLAIM`` + ``ACK`` for a queue with limits, where a claim
+  may find nothing while a limit is reached: such a claim does not end the
+  client, which waits ``EMPTY_WAIT_MS`` (as pgjobq_sql's loop does) and
+  claims again, to the end of ``-T``; the run never drains, so its backlog
+  must outlast it.
 
 Functions are called positionally with as many arguments as their first
 version took (claim 3, complete_and_claim 5), so the scripts run on every
@@ -40,7 +45,17 @@ from psycopg.conninfo import conninfo_to_dict
 
 from .pgjobq_sql import QUEUE
 
-__all__ = ["ACK", "CLAIM", "CLAIM_COMPLETE", "ENQUEUE_ONE", "ONE_TRIP", "PgbenchRun", "run_pgbench"]
+__all__ = [
+    "ACK",
+    "CLAIM",
+    "CLAIM_COMPLETE",
+    "CLAIM_WAIT",
+    "EMPTY_WAIT_MS",
+    "ENQUEUE_ONE",
+    "ONE_TRIP",
+    "PgbenchRun",
+    "run_pgbench",
+]
 
 CLAIM = (
     "SELECT array_agg(id) AS ids, array_agg(lease) AS leases\n"
@@ -57,6 +72,16 @@ CLAIM_COMPLETE = (
     f"SELECT id, lease FROM jobq.claim('{QUEUE}', 1, 'pgbench') \\gset\nSELECT jobq.complete(:id, :lease);\n"
 )
 ENQUEUE_ONE = f"SELECT jobq.enqueue('{QUEUE}', '{{}}');\n"
+EMPTY_WAIT_MS = 10  # CLAIM_WAIT's wait after a claim that found nothing (pgjobq_sql.EMPTY_SLEEP)
+CLAIM_WAIT = (
+    "SELECT count(*) AS n, coalesce(array_agg(id), '{}') AS ids, coalesce(array_agg(lease), '{}') AS leases\n"
+    f"  FROM jobq.claim('{QUEUE}', :batch, 'pgbench') \\gset\n"
+    "\\if :n > 0\n"
+    "SELECT count(*) FROM jobq.complete_many(:ids, :leases);\n"
+    "\\else\n"
+    f"\\sleep {EMPTY_WAIT_MS} ms\n"
+    "\\endif\n"
+)
 
 # what pgbench says when a client ends because its claim found nothing
 DRAINED = ("expected one row, got 0", "Run was aborted")

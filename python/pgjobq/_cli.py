@@ -1,5 +1,6 @@
-"""The pgjobq command line: worker, enqueue, stats, retry-failed, reap, purge, health, and job
-control: cancel, pause, resume, job, wait, configure-queue, queues.
+"""The pgjobq command line: worker, enqueue, stats, retry-failed, reap, purge, health, job
+control: cancel, pause, resume, job, wait, configure-queue, queues, and schedules: schedule,
+unschedule, schedules.
 
 Every option has an environment-variable twin (shown in --help).  Errors
 print one line and exit non-zero: 1 for a refused operation or an
@@ -127,7 +128,17 @@ _SETTINGS = {field.name: field for field in dataclasses.fields(WorkerSettings)}
 @main.command()
 @click.argument("handler", metavar="MODULE:FUNCTION")
 @_dsn_option
-@_setting("--queue", "Queue name.")
+@click.option(
+    "--queue",
+    "queue",
+    envvar="PGJOBQ_QUEUE",
+    show_envvar=True,
+    multiple=True,
+    default=(_SETTINGS["queue"].default,),
+    show_default=True,
+    help="Queue to claim from (repeatable: one claim over all of them; the variable takes names "
+    "separated by spaces).",
+)
 @_setting("--batch", "Jobs claimed per round trip.")
 @_setting("--concurrency", "Handlers running at once (threads).")
 @_setting("--burst", "Exit once the queue has no runnable job.", is_flag=True)
@@ -171,19 +182,24 @@ _SETTINGS = {field.name: field for field in dataclasses.fields(WorkerSettings)}
 def worker(
     handler: str,
     dsn: str,
+    queue: tuple[str, ...],
     log_level: str,
     name: str | None,
     **settings: Any,
 ) -> None:
-    """Run MODULE:FUNCTION on each job of a queue until SIGTERM/SIGINT (or --burst).
+    """Run MODULE:FUNCTION on each job of one queue or several until SIGTERM/SIGINT (or --burst).
 
     The function gets one Job (id, queue, payload, attempts, max_attempts);
     returning completes the job, raising fails it with the exception's message.
+    Every reap interval the worker also runs jobq.tick, so schedules advance.
     """  # fmt: skip
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     function = load_handler(handler)
+    if not queue:  # PGJOBQ_QUEUE set to nothing but spaces
+        raise click.BadParameter("must name at least one queue", param_hint="--queue")
+    settings["queue"] = queue[0] if len(queue) == 1 else list(queue)
     if name:  # else WorkerSettings' own default, host:pid
         settings["name"] = name
     with _one_line_errors():
@@ -300,6 +316,32 @@ def _json_object(text: str | None, param_hint: str) -> dict[str, Any] | None:
     metavar="JSON",
     help="A JSON object handed to the worker with the job.",
 )
+@click.option(
+    "--concurrency-key",
+    envvar="PGJOBQ_CONCURRENCY_KEY",
+    show_envvar=True,
+    default=None,
+    help="The job counts against its queue's --key-concurrency with the running jobs of this key.",
+)
+@click.option(
+    "--depends-on",
+    envvar="PGJOBQ_DEPENDS_ON",
+    show_envvar=True,
+    type=int,
+    multiple=True,
+    metavar="ID",
+    help="A parent job's id (repeatable; the variable takes ids separated by spaces): the job waits "
+    "until every parent is done.",
+)
+@click.option(
+    "--on-parent-failure",
+    envvar="PGJOBQ_ON_PARENT_FAILURE",
+    show_envvar=True,
+    type=click.Choice(["cancel", "run"]),
+    default="cancel",
+    show_default=True,
+    help="When a parent fails or is cancelled: cancel the job, or run it anyway.",
+)
 def enqueue(
     queue: str,
     payload: str,
@@ -311,6 +353,9 @@ def enqueue(
     unique_scope: str,
     on_conflict: str,
     headers: str | None,
+    concurrency_key: str | None,
+    depends_on: tuple[int, ...],
+    on_parent_failure: _client.OnParentFailure,
 ) -> None:
     """Enqueue one job with a JSON object as payload; print its id (nothing when skipped).
 
@@ -332,6 +377,9 @@ def enqueue(
             unique_scope=unique_scope,
             on_conflict=on_conflict,
             headers=header_document,
+            concurrency_key=concurrency_key,
+            depends_on=list(depends_on) if depends_on else None,
+            on_parent_failure=on_parent_failure,
         )
     if job_id is None:
         click.echo(f"skipped: unique key {unique_key!r} is held by another job of queue {queue!r}", err=True)
@@ -380,7 +428,7 @@ def _stats_dict(row: _client.QueueStats) -> dict[str, object]:
     age = row.oldest_queued_age
     return {
         "queue": row.queue, "queued": row.queued, "runnable": row.runnable, "running": row.running,
-        "done": row.done, "failed": row.failed, "cancelled": row.cancelled,
+        "done": row.done, "failed": row.failed, "cancelled": row.cancelled, "waiting": row.waiting,
         "oldest_queued_age_seconds": None if age is None else age.total_seconds(),
     }  # fmt: skip
 
@@ -634,6 +682,47 @@ def wait(job_id: int, dsn: str, timeout: timedelta) -> None:
     help="Seconds a job may run once claimed: its lease is not extended past that (default: no limit).",
 )
 @click.option(
+    "--concurrency",
+    envvar="PGJOBQ_QUEUE_CONCURRENCY",
+    show_envvar=True,
+    type=int,
+    default=None,
+    help="At most this many running jobs of the queue, over every worker (1 to 100000; default: no limit).",
+)
+@click.option(
+    "--key-concurrency",
+    envvar="PGJOBQ_QUEUE_KEY_CONCURRENCY",
+    show_envvar=True,
+    type=int,
+    default=None,
+    help="At most this many running jobs per concurrency key (1 to 100000; default: no limit).",
+)
+@click.option(
+    "--key-order",
+    envvar="PGJOBQ_QUEUE_KEY_ORDER",
+    show_envvar=True,
+    type=click.Choice(["priority", "round_robin"]),
+    default=None,
+    help="How claims pick among concurrency keys: by the jobs' priority, or keys taking turns "
+    "(default priority).",
+)
+@click.option(
+    "--rate-limit",
+    envvar="PGJOBQ_QUEUE_RATE_LIMIT",
+    show_envvar=True,
+    type=int,
+    default=None,
+    help="At most this many claims per --rate-interval (1 to 10000; default: no limit).",
+)
+@click.option(
+    "--rate-interval",
+    envvar="PGJOBQ_QUEUE_RATE_INTERVAL",
+    show_envvar=True,
+    type=SECONDS,
+    default=None,
+    help="Seconds over which --rate-limit counts claims (above 0, at most a day; default 1).",
+)
+@click.option(
     "--unset",
     envvar="PGJOBQ_QUEUE_UNSET",
     show_envvar=True,
@@ -651,9 +740,14 @@ def configure_queue(
     backoff_jitter: float | None,
     lease_timeout: timedelta | None,
     timeout: timedelta | None,
+    concurrency: int | None,
+    key_concurrency: int | None,
+    key_order: _client.KeyOrder | None,
+    rate_limit: int | None,
+    rate_interval: timedelta | None,
     unset: tuple[str, ...],
 ) -> None:
-    """Change QUEUE's settings (those not given stay as they are); print them all."""  # fmt: skip
+    """Change QUEUE's settings and limits (those not given stay as they are); print them all."""  # fmt: skip
     with _connection(dsn) as conn:
         settings = _client.configure_queue(
             conn,
@@ -665,6 +759,11 @@ def configure_queue(
             lease_timeout=lease_timeout,
             timeout=timeout,
             unset=unset,
+            concurrency=concurrency,
+            key_concurrency=key_concurrency,
+            key_order=key_order,
+            rate_limit=rate_limit,
+            rate_interval=rate_interval,
         )
     _echo_fields(_fields(settings), as_json)
 
@@ -673,14 +772,17 @@ def configure_queue(
 @_dsn_option
 @_json_option
 def queues(dsn: str, as_json: bool) -> None:
-    """Every configured queue and every queue with jobs in flight, and its settings."""  # fmt: skip
+    """Every configured queue and every queue with jobs in flight: its jobs queued, running and waiting
+    (for parents), its settings and its limits."""  # fmt: skip
     with _connection(dsn) as conn:
-        rows = _client.queues(conn)
+        rows = _client.queue_overview(conn)
     if as_json:
         click.echo(json.dumps([_fields(row) for row in rows], indent=2, default=_json_value))
         return
+    # the columns of 0.6.0 first (scripts read them by position), then the counts and the limits
     header = ("queue", "paused", "max attempts", "backoff base", "backoff max", "jitter", "lease", "timeout",
-              "configured")  # fmt: skip
+              "configured", "queued", "running", "waiting", "concurrency", "per key", "key order",
+              "rate")  # fmt: skip
     _echo_table(
         header,
         [
@@ -694,14 +796,33 @@ def queues(dsn: str, as_json: bool) -> None:
                 _duration(r.lease_timeout),
                 _duration(r.timeout),
                 _yes_no(r.configured),
+                str(r.queued),
+                str(r.running),
+                str(r.waiting),
+                _limit(r.concurrency),
+                _limit(r.key_concurrency),
+                r.key_order,
+                _rate(r.rate_limit, r.rate_interval),
             )
             for r in rows
         ],
     )
 
 
-def _fields(row: _client.JobState | _client.QueueSettings) -> dict[str, Any]:
-    return {name: getattr(row, name) for name in row.__slots__}
+def _limit(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _rate(limit: int | None, interval: timedelta | None) -> str:
+    """A rate limit as "N/Ts" ("-": none)."""
+    if limit is None:
+        return "-"
+    return f"{limit}/{_duration(interval)}"
+
+
+def _fields(row: _client.JobState | _client.QueueSettings | _client.Schedule) -> dict[str, Any]:
+    """The row's fields by name, in order (its class's fields, then a subclass's)."""
+    return {field.name: getattr(row, field.name) for field in dataclasses.fields(row)}
 
 
 def _echo_fields(fields: dict[str, Any], as_json: bool) -> None:
@@ -731,3 +852,164 @@ def _duration(value: timedelta | None) -> str:
 
 def _yes_no(value: bool) -> str:
     return "yes" if value else "no"
+
+
+# -- schedules -----------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("name")
+@_dsn_option
+@_json_option
+@click.option(
+    "--queue",
+    envvar="PGJOBQ_QUEUE",
+    show_envvar=True,
+    required=True,
+    help="The queue each occurrence's job goes to.",
+)
+@click.option(
+    "--payload",
+    envvar="PGJOBQ_PAYLOAD",
+    show_envvar=True,
+    default=None,
+    metavar="JSON",
+    help="A JSON object: each job's payload [default: {}].",
+)
+@click.option(
+    "--cron",
+    envvar="PGJOBQ_CRON",
+    show_envvar=True,
+    default=None,
+    metavar="EXPR",
+    help='A cron expression, five fields ("*/5 * * * *"), read in --timezone (give it or --every).',
+)
+@click.option(
+    "--timezone",
+    envvar="PGJOBQ_TIMEZONE",
+    show_envvar=True,
+    default="UTC",
+    show_default=True,
+    help="The IANA time zone --cron is read in (Europe/Paris).",
+)
+@click.option(
+    "--every",
+    envvar="PGJOBQ_EVERY",
+    show_envvar=True,
+    type=SECONDS,
+    default=None,
+    help="Whole seconds between occurrences, at multiples of it since the Unix epoch (give it or --cron).",
+)
+@click.option(
+    "--priority",
+    envvar="PGJOBQ_PRIORITY",
+    show_envvar=True,
+    type=int,
+    default=0,
+    show_default=True,
+    help="Each job's priority (higher runs first).",
+)
+@click.option(
+    "--max-attempts",
+    envvar="PGJOBQ_MAX_ATTEMPTS",
+    show_envvar=True,
+    type=int,
+    default=None,
+    help="Each job's attempts [default: the queue's setting, else 3].",
+)
+@click.option(
+    "--headers",
+    envvar="PGJOBQ_HEADERS",
+    show_envvar=True,
+    default=None,
+    metavar="JSON",
+    help="A JSON object handed to the worker with each job.",
+)
+@click.option(
+    "--catch-up",
+    envvar="PGJOBQ_CATCH_UP",
+    show_envvar=True,
+    type=click.Choice(["latest", "all", "skip"]),
+    default="latest",
+    show_default=True,
+    help="What a tick does with occurrences missed while no tick ran: enqueue the latest, all, or none.",
+)
+def schedule(
+    name: str,
+    dsn: str,
+    as_json: bool,
+    queue: str,
+    payload: str | None,
+    cron: str | None,
+    timezone: str,
+    every: timedelta | None,
+    priority: int,
+    max_attempts: int | None,
+    headers: str | None,
+    catch_up: str,
+) -> None:
+    """Create the schedule NAME, or replace it: a job of --queue at each occurrence of --cron, or
+    --every so many seconds; print it.
+
+    Workers enqueue the occurrences (jobq.tick every reap interval): keep one running.
+    """  # fmt: skip
+    if (cron is None) == (every is None):
+        raise click.UsageError("give --cron or --every, and only one of them")
+    document = _json_object(payload, "--payload")
+    header_document = _json_object(headers, "--headers")
+    with _connection(dsn) as conn:
+        row = _client.schedule(
+            conn,
+            name,
+            queue,
+            document,
+            cron=cron,
+            timezone=timezone,
+            every=every,
+            priority=priority,
+            max_attempts=max_attempts,
+            headers=header_document,
+            catch_up=catch_up,
+        )
+    _echo_fields(_fields(row), as_json)
+
+
+@main.command()
+@click.argument("name")
+@_dsn_option
+def unschedule(name: str, dsn: str) -> None:
+    """Delete the schedule NAME and cancel its queued jobs; exit 1 when there is none."""  # fmt: skip
+    with _connection(dsn) as conn:
+        removed = _client.unschedule(conn, name)
+    if not removed:
+        raise click.ClickException(f"no schedule named {name!r}")
+    click.echo(f"schedule {name} removed")
+
+
+@main.command()
+@_dsn_option
+@_json_option
+def schedules(dsn: str, as_json: bool) -> None:
+    """Every schedule: its queue, when it runs, and its next occurrence."""  # fmt: skip
+    with _connection(dsn) as conn:
+        rows = _client.schedules(conn)
+    if as_json:
+        click.echo(
+            json.dumps([_fields(row) for row in rows], indent=2, default=_json_value, ensure_ascii=False)
+        )
+        return
+    header = ("name", "queue", "when", "priority", "catch up", "next run")
+    _echo_table(
+        header,
+        [
+            (
+                r.name,
+                r.queue,
+                f"every {_duration(r.every)}" if r.cron is None else f"{r.cron} ({r.timezone})",
+                str(r.priority),
+                r.catch_up,
+                "-" if r.next_run is None else r.next_run.isoformat(timespec="seconds"),
+            )
+            for r in rows
+        ],
+    )

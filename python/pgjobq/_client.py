@@ -12,7 +12,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, overload
 
@@ -28,16 +28,20 @@ __all__ = [
     "Cancellation",
     "Health",
     "JobState",
+    "QueueOverview",
     "QueueSettings",
     "QueueStats",
+    "Schedule",
     "cancel",
     "channel",
     "claim",
+    "claim_any",
     "complete",
     "complete_and_claim",
     "complete_many",
     "configure_queue",
     "enqueue",
+    "enqueue_flow",
     "enqueue_many",
     "fail",
     "health",
@@ -46,14 +50,19 @@ __all__ = [
     "job",
     "pause",
     "purge",
+    "queue_overview",
     "queues",
     "reap",
     "register_waiter",
     "release",
     "resume",
     "retry_failed",
+    "schedule",
+    "schedules",
     "snooze",
     "stats",
+    "tick",
+    "unschedule",
     "wait",
     "watch",
 ]
@@ -274,6 +283,23 @@ def _held(job_id: object, lease: object) -> dict[str, int]:
 OnConflict = Literal["return", "skip", "raise", "replace"]
 """What an enqueue does when a job holding its unique key exists (see enqueue)."""
 
+OnParentFailure = Literal["cancel", "run"]
+"""What becomes of a job whose parent (depends_on) ends failed or cancelled (see enqueue)."""
+
+
+def _ids(name: str, values: object) -> list[int] | None:
+    """values (job ids) as a list of 64-bit integers; None stays None (no ids)."""
+    if values is None:
+        return None
+    return [_bigint(f"{name}[]", value) for value in _many(name, values)]
+
+
+def _keys(name: str, values: object) -> list[str | None] | None:
+    """values (keys aligned with payloads: strings, or None for none) as a list; None stays None."""
+    if values is None:
+        return None
+    return [_optional(_text, f"{name}[]", value) for value in _many(name, values)]
+
 
 def _enqueue_options(
     *,
@@ -308,6 +334,9 @@ def enqueue(
     unique_scope: str = ...,
     on_conflict: Literal["return", "raise", "replace"] = ...,
     headers: Mapping[str, Any] | None = ...,
+    concurrency_key: str | None = ...,
+    depends_on: Sequence[int] | None = ...,
+    on_parent_failure: OnParentFailure = ...,
 ) -> int: ...
 @overload
 def enqueue(
@@ -322,6 +351,9 @@ def enqueue(
     unique_scope: str = ...,
     on_conflict: str = ...,
     headers: Mapping[str, Any] | None = ...,
+    concurrency_key: str | None = ...,
+    depends_on: Sequence[int] | None = ...,
+    on_parent_failure: OnParentFailure = ...,
 ) -> int | None: ...
 def enqueue(
     conn: Conn,
@@ -335,6 +367,9 @@ def enqueue(
     unique_scope: str = "active",
     on_conflict: str = "return",
     headers: Mapping[str, Any] | None = None,
+    concurrency_key: str | None = None,
+    depends_on: Sequence[int] | None = None,
+    on_parent_failure: OnParentFailure = "cancel",
 ) -> int | None:
     """Enqueue one job in conn's current transaction; return its id.
 
@@ -353,6 +388,14 @@ def enqueue(
     inserted.  A unique enqueue that could not settle raises psycopg's
     SerializationFailure (SQLSTATE 40001): safe to retry.
 
+    concurrency_key (1 to 512 characters): the job counts against its
+    queue's key_concurrency (configure_queue) with the other running jobs
+    of that key.  depends_on: the ids of parent jobs (JobNotFound for an
+    unknown one); the job waits (status "waiting", never claimed) until
+    every parent is done, then is queued.  When a parent ends failed or
+    cancelled, on_parent_failure decides: "cancel" (the default) cancels
+    the job, "run" counts that parent as settled.
+
     Arguments of the wrong type and payloads or headers jsonb cannot store
     raise InvalidArgument before any SQL is sent; the values' domains are
     the database's to judge.
@@ -361,6 +404,9 @@ def enqueue(
         "queue": _text("queue", queue),
         "payload": dump_payload(payload),
         "unique_key": _optional(_text, "unique_key", unique_key),
+        "concurrency_key": _optional(_text, "concurrency_key", concurrency_key),
+        "depends_on": _ids("depends_on", depends_on),
+        "on_parent_failure": _text("on_parent_failure", on_parent_failure),
         **_enqueue_options(
             priority=priority,
             run_at=run_at,
@@ -387,6 +433,7 @@ def enqueue_many(
     unique_scope: str = ...,
     on_conflict: Literal["return", "raise", "replace"] = ...,
     headers: Mapping[str, Any] | None = ...,
+    concurrency_keys: Sequence[str | None] | None = ...,
 ) -> list[int]: ...
 @overload
 def enqueue_many(
@@ -401,6 +448,7 @@ def enqueue_many(
     unique_scope: str = ...,
     on_conflict: str = ...,
     headers: Mapping[str, Any] | None = ...,
+    concurrency_keys: Sequence[str | None] | None = ...,
 ) -> list[int | None]: ...
 def enqueue_many(
     conn: Conn,
@@ -414,6 +462,7 @@ def enqueue_many(
     unique_scope: str = "active",
     on_conflict: str = "return",
     headers: Mapping[str, Any] | None = None,
+    concurrency_keys: Sequence[str | None] | None = None,
 ) -> list[int | None] | list[int]:
     """Enqueue many jobs in one statement; return their ids in the order of payloads.
 
@@ -424,13 +473,14 @@ def enqueue_many(
     options are enqueue's and apply to every job, and the result holds None
     where on_conflict "skip" skipped a job.  Within one call, the first of
     equal keys wins and the later ones meet it as they would an older job.
+    concurrency_keys, when given, is aligned with payloads too (None: that
+    job has no concurrency key; see enqueue).
     """
     params = {
         "queue": _text("queue", queue),
         "payloads": dump_payloads(payloads),
-        "unique_keys": None
-        if unique_keys is None
-        else [_optional(_text, "unique_keys[]", key) for key in _many("unique_keys", unique_keys)],
+        "unique_keys": _keys("unique_keys", unique_keys),
+        "concurrency_keys": _keys("concurrency_keys", concurrency_keys),
         **_enqueue_options(
             priority=priority,
             run_at=run_at,
@@ -443,6 +493,36 @@ def enqueue_many(
     return [None if i is None else int(i) for i in _fetch(conn, "enqueue_many", params)[0][0]]
 
 
+def enqueue_flow(conn: Conn, queue: str, steps: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Enqueue the jobs of a flow in one statement; return their ids in step order.
+
+    Each step is a mapping with the keys jobq.enqueue_flow takes: "payload"
+    (a JSON object, required) and, optional, "name" (1 to 200 characters,
+    unique within the flow, for later steps to depend on), "queue"
+    (default: the queue argument), "priority", "run_at" (a timezone-aware
+    datetime, or timestamptz text), "max_attempts", "headers",
+    "concurrency_key", "depends_on" (a list mixing the names of earlier
+    steps and ids of jobs that exist already) and "on_parent_failure"
+    ("cancel" or "run", as with enqueue).  A step with parents waits until
+    they are done.  All or nothing: a bad step raises InvalidArgument (or
+    JobNotFound for an unknown parent id) naming it as the database does,
+    steps[i] counting from 0, and nothing is enqueued.
+    """
+    items = _many("steps", steps)
+    prepared: list[Mapping[str, Any]] = []
+    for i, step in enumerate(items):
+        if not isinstance(step, Mapping):
+            raise InvalidArgument(f"steps[{i}] must be a mapping (a JSON object), got {type(step).__name__}")
+        run_at = step.get("run_at")
+        if isinstance(run_at, datetime):
+            checked = _moment(f"steps[{i}].run_at", run_at)
+            assert checked is not None
+            step = {**step, "run_at": checked.isoformat()}
+        prepared.append(step)
+    params = {"queue": _text("queue", queue), "steps": dump_json(prepared, "steps")}
+    return [int(i) for i in _fetch(conn, "enqueue_flow", params)[0][0]]
+
+
 def claim(
     conn: Conn, queue: str, n: int, worker: str, *, lease_timeout: timedelta | None = None
 ) -> list[Job]:
@@ -453,7 +533,10 @@ def claim(
     deadline (the claim's time plus the queue's timeout, when it has one: the
     database keeps it, and the claimed Job does not carry it); jobq.reap
     recovers the job once its lease has expired.  A paused queue gives
-    nothing.
+    nothing.  A queue with limits (configure_queue's concurrency,
+    key_concurrency, rate_limit) gives fewer jobs, maybe none, while a limit
+    is reached; such a claim must run on an autocommit connection or in a
+    READ COMMITTED transaction (IsolationLevelError otherwise).
     """
     params = {
         "queue": _text("queue", queue),
@@ -462,6 +545,28 @@ def claim(
         "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
     }
     return claim_unchecked(conn, params)
+
+
+def claim_any(
+    conn: Conn, queues: Sequence[str], n: int, worker: str, *, lease_timeout: timedelta | None = None
+) -> list[Job]:
+    """Claim up to n runnable jobs of any of queues for worker, in one statement, as claim does for one.
+
+    The jobs are taken by priority (highest first), then run_at, then id,
+    across the queues; each queue's pause and limits are respected.
+    lease_timeout None: each job's queue's setting, else 60 s.  Each Job
+    says its queue.
+    """
+    names = [_text("queues[]", name) for name in _many("queues", queues)]
+    if not names:
+        raise InvalidArgument("queues must name at least one queue, got none")
+    params = {
+        "queues": names,
+        "n": _integer("n", n),
+        "worker": _text("worker", worker),
+        "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
+    }
+    return claim_any_unchecked(conn, params)
 
 
 # The Worker's hot path: the same statements with arguments the Worker
@@ -475,6 +580,12 @@ def claim_unchecked(conn: Conn, params: Mapping[str, Any], *, prepare: bool | No
     headers, the last column, is left out when NULL: the Job's default {} then.
     """
     rows = _fetch(conn, "claim", params, prepare=prepare)
+    return [Job(*row) if row[-1] is not None else Job(*row[:-1]) for row in rows]
+
+
+def claim_any_unchecked(conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None) -> list[Job]:
+    """claim_any, its parameters (queues, n, worker, lease_timeout) taken as they are."""
+    rows = _fetch(conn, "claim_any", params, prepare=prepare)
     return [Job(*row) if row[-1] is not None else Job(*row[:-1]) for row in rows]
 
 
@@ -536,6 +647,15 @@ def wait_unchecked(
     """wait, its parameters (queue, worker, up_to) taken as they are; also how far ahead next_run_at is,
     by the database's clock."""
     registered, next_run_at, next_run_in = _fetch(conn, "wait", params, prepare=prepare)[0]
+    return bool(registered), next_run_at, next_run_in
+
+
+def wait_any_unchecked(
+    conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None
+) -> tuple[bool, datetime | None, timedelta | None]:
+    """wait on each of several queues in one statement, its parameters (queues, worker, up_to) taken as
+    they are: registered only if on every queue, and the earliest next_run_at among them."""
+    registered, next_run_at, next_run_in = _fetch(conn, "wait_any", params, prepare=prepare)[0]
     return bool(registered), next_run_at, next_run_in
 
 
@@ -703,7 +823,7 @@ def channel(conn: Conn, queue: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
-    """One queue's counts, as jobq.stats() reports them."""
+    """One queue's counts, as jobq.stats() reports them (waiting: jobs whose parents are not all done)."""
 
     queue: str
     queued: int
@@ -713,6 +833,7 @@ class QueueStats:
     failed: int
     oldest_queued_age: timedelta | None
     cancelled: int
+    waiting: int = 0  # 0.7.0: a default, so that a QueueStats made as in 0.6.0 still is one
 
 
 def stats(conn: Conn) -> list[QueueStats]:
@@ -768,7 +889,7 @@ def health(conn: Conn) -> Health:
 class Cancellation:
     """What cancel() did to one job: its status after the call.
 
-    cancelled (it was queued, or running and forced, or cancelled already),
+    cancelled (it was waiting or queued, or running and forced, or cancelled already),
     cancel_requested (it is running: its worker is asked to stop), done or
     failed (it had finished: unchanged).
     """
@@ -808,7 +929,11 @@ class QueueSettings:
     configured: the queue has settings of its own (configure_queue or pause);
     otherwise every value is the default.  timeout: how long a job may run
     once claimed (its deadline: heartbeats do not extend its lease past it);
-    None: no limit.
+    None: no limit.  The limits (None: no limit): concurrency, the most
+    running jobs of the queue; key_concurrency, the most running jobs of one
+    concurrency_key; key_order, how claims pick among keys ("priority", by
+    the jobs' priority, or "round_robin", key after key); rate_limit, the
+    most claims per rate_interval.
     """
 
     queue: str
@@ -820,10 +945,32 @@ class QueueSettings:
     lease_timeout: timedelta
     timeout: timedelta | None
     configured: bool
+    # 0.7.0's limits: with defaults (no limit), so that a QueueSettings made as in 0.6.0 still is one
+    concurrency: int | None = None
+    key_concurrency: int | None = None
+    key_order: str = "priority"
+    rate_limit: int | None = None
+    rate_interval: timedelta | None = None
 
 
-QUEUE_SETTINGS = ("max_attempts", "backoff_base", "backoff_max", "backoff_jitter", "lease_timeout", "timeout")
-"""The settings configure_queue sets and its unset names."""
+QUEUE_SETTINGS = (
+    "max_attempts",
+    "backoff_base",
+    "backoff_max",
+    "backoff_jitter",
+    "lease_timeout",
+    "timeout",
+    "concurrency",
+    "key_concurrency",
+    "key_order",
+    "rate_limit",
+    "rate_interval",
+)
+"""The settings configure_queue's unset names (rate_limit clears rate_interval too; rate_interval alone
+goes back to 1 second)."""
+
+KeyOrder = Literal["priority", "round_robin"]
+"""How a queue with key_concurrency picks among concurrency keys (see configure_queue)."""
 
 
 def configure_queue(
@@ -837,13 +984,28 @@ def configure_queue(
     lease_timeout: timedelta | None = None,
     timeout: timedelta | None = None,
     unset: Iterable[str] = (),
+    concurrency: int | None = None,
+    key_concurrency: int | None = None,
+    key_order: KeyOrder | None = None,
+    rate_limit: int | None = None,
+    rate_interval: timedelta | None = None,
 ) -> QueueSettings:
     """Change queue's settings; return them as they are now, every one effective.
 
     None leaves a setting as it is; unset names settings to clear back to
     their defaults (max_attempts 3, backoff_base 1 s, backoff_max 300 s,
-    backoff_jitter 0, lease_timeout 60 s, no timeout).  A retry waits
+    backoff_jitter 0, lease_timeout 60 s, no timeout, no limits, key_order
+    "priority").  A retry waits
     least(backoff_max, backoff_base * 2^attempts) * (1 - backoff_jitter * random()).
+
+    The limits claims respect (they hand out fewer jobs, never fail, while a
+    limit is reached): concurrency (1 to 100,000), the most running jobs of
+    the queue; key_concurrency (1 to 100,000), the most running jobs with
+    one concurrency_key (enqueue); key_order, "priority" (jobs by priority
+    whatever their key) or "round_robin" (keys take turns); rate_limit (1 to
+    10,000) claims per rate_interval (above 0, at most a day; 1 s when
+    rate_limit is set alone).  Unsetting rate_limit clears rate_interval;
+    unsetting rate_interval alone puts it back to 1 s.
     """
     params = {
         "queue": _text("queue", queue),
@@ -854,6 +1016,11 @@ def configure_queue(
         "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
         "timeout": _optional(_timedelta, "timeout", timeout),
         "unset": [_text("unset[]", name) for name in _many("unset", unset)],
+        "concurrency": _optional(_integer, "concurrency", concurrency),
+        "key_concurrency": _optional(_integer, "key_concurrency", key_concurrency),
+        "key_order": _optional(_text, "key_order", key_order),
+        "rate_limit": _optional(_integer, "rate_limit", rate_limit),
+        "rate_interval": _optional(_timedelta, "rate_interval", rate_interval),
     }
     with translated(), conn.cursor(row_factory=class_row(QueueSettings)) as cur:
         row = cur.execute(query("configure_queue"), params).fetchone()
@@ -867,6 +1034,24 @@ def queues(conn: Conn) -> list[QueueSettings]:
         return cur.execute(query("queues")).fetchall()
 
 
+@dataclass(frozen=True, slots=True)
+class QueueOverview(QueueSettings):
+    """A queue's settings and limits (QueueSettings), and how many of its jobs are queued, running and
+    waiting (for their parents)."""
+
+    _: KW_ONLY  # after QueueSettings' defaults: given by name
+    queued: int
+    running: int
+    waiting: int
+
+
+def queue_overview(conn: Conn) -> list[QueueOverview]:
+    """The queues of queues(), each with its settings, limits, and counts of queued, running and waiting
+    jobs."""
+    with translated(), conn.cursor(row_factory=class_row(QueueOverview)) as cur:
+        return cur.execute(query("queue_overview")).fetchall()
+
+
 # -- looking up and waiting -------------------------------------------------------
 
 
@@ -874,9 +1059,12 @@ def queues(conn: Conn) -> list[QueueSettings]:
 class JobState:
     """One job as jobq.job reports it (the type jobq.job_state).
 
+    status is waiting (its parents, depends_on, are not all done: never
+    claimed until they are), queued, running, done, failed or cancelled.
     result is the value the job was completed with (None: none); finished_at
     is set once the job is done, failed or cancelled; cancel_requested once
-    cancel() asked its worker to stop.
+    cancel() asked its worker to stop.  depends_on: the ids of the job's
+    parents (None: it has none).
     """
 
     id: int
@@ -890,6 +1078,7 @@ class JobState:
     created_at: datetime
     finished_at: datetime | None
     cancel_requested: bool
+    depends_on: list[int] | None = None  # 0.7.0: a default, so that a JobState made as in 0.6.0 still is one
 
     @property
     def finished(self) -> bool:
@@ -1016,3 +1205,97 @@ def _execute(conn: Conn, name: str) -> None:
         if not conn.autocommit:
             stack.enter_context(conn.transaction())
         conn.execute(query(name))
+
+
+# -- schedules ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """One row of the view jobq.schedules: jobs enqueued on a cron expression or every period.
+
+    Exactly one of cron (five fields, read in timezone) and every (whole
+    seconds; occurrences at its multiples since the Unix epoch) is set.
+    next_run is the next occurrence after now; next_at the first occurrence
+    not yet enqueued (in the past: missed, and caught up by the next tick as
+    catch_up says: "latest", "all" or "skip").
+    """
+
+    name: str
+    queue: str
+    payload: dict[str, Any]
+    cron: str | None
+    timezone: str
+    every: timedelta | None
+    priority: int
+    max_attempts: int | None
+    headers: dict[str, Any] | None
+    catch_up: str
+    next_at: datetime | None
+    next_run: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+def schedule(
+    conn: Conn,
+    name: str,
+    queue: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    cron: str | None = None,
+    timezone: str = "UTC",
+    every: timedelta | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+    headers: Mapping[str, Any] | None = None,
+    catch_up: str = "latest",
+) -> Schedule:
+    """Create the schedule name, or replace it; return it as it is now.
+
+    Each occurrence enqueues one job of queue with payload (None: {}),
+    priority, max_attempts (None: the queue's) and headers, to which it adds
+    "schedule" (the name) and "occurrence" (its time).  Give cron (five
+    fields, read in timezone, an IANA name such as "Europe/Paris") or every
+    (a timedelta of whole seconds, 1 second to 366 days), not both.
+    tick() enqueues the occurrences due within the minute ahead, each with
+    its own run_at; every Worker runs it each reap_interval (or pg_cron can).
+    catch_up says what a tick does with occurrences missed while none ran:
+    "latest" (enqueue the most recent one, to run now), "all" or "skip".
+    Replacing a schedule cancels its occurrences still queued; the new one
+    starts with its first occurrence after now.
+    """
+    params = {
+        "name": _text("name", name),
+        "queue": _text("queue", queue),
+        "payload": dump_payload({} if payload is None else payload),
+        "cron": _optional(_text, "cron", cron),
+        "timezone": _text("timezone", timezone),
+        "every": _optional(_timedelta, "every", every),
+        "priority": _integer("priority", priority),
+        "max_attempts": _optional(_integer, "max_attempts", max_attempts),
+        "headers": None if headers is None else dump_payload(headers, "headers"),
+        "catch_up": _text("catch_up", catch_up),
+    }
+    with translated(), conn.cursor(row_factory=class_row(Schedule)) as cur:
+        row = cur.execute(query("schedule"), params).fetchone()
+    assert row is not None  # the function returns one row
+    return row
+
+
+def unschedule(conn: Conn, name: str) -> bool:
+    """Delete the schedule name and cancel its occurrences still queued (running ones finish); False when
+    there was no such schedule."""
+    return bool(_fetch(conn, "unschedule", {"name": _text("name", name)})[0][0])
+
+
+def schedules(conn: Conn) -> list[Schedule]:
+    """Every schedule, by name."""
+    with translated(), conn.cursor(row_factory=class_row(Schedule)) as cur:
+        return cur.execute(query("schedules")).fetchall()
+
+
+def tick(conn: Conn) -> int:
+    """Enqueue the occurrences of every schedule due within the minute ahead (and those missed, as each
+    schedule's catch_up says); return how many jobs it enqueued.  Ticks at once share the work."""
+    return int(_fetch(conn, "tick")[0][0])

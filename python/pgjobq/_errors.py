@@ -12,6 +12,7 @@ __all__ = [
     "Error",
     "IncompatibleExtension",
     "InvalidArgument",
+    "IsolationLevelError",
     "JobNotFound",
     "JobTimedOut",
     "LeaseLost",
@@ -75,6 +76,13 @@ class PermissionDenied(Error):
     """The role lacks a privilege on the jobq schema, its table or a function (42501)."""
 
 
+class IsolationLevelError(Error):
+    """A claim of a queue with limits (concurrency, key_concurrency, rate_limit) ran in a transaction
+    that is not READ COMMITTED (25000): the limits are counted from rows other transactions commit, so
+    such a claim must see each commit as it happens.  Claim on an autocommit connection, or in a READ
+    COMMITTED transaction."""
+
+
 class ConfigurationError(Error, ValueError):
     """A worker or CLI setting makes no sense (raised before touching the database)."""
 
@@ -97,6 +105,7 @@ _BY_SQLSTATE: dict[str, type[Error]] = {
     "JQ002": JobNotFound,
     "JQ003": JobTimedOut,
     "JQ004": UniqueKeyInUse,
+    "25000": IsolationLevelError,  # invalid_transaction_state: a limited claim outside READ COMMITTED
     "42501": PermissionDenied,  # insufficient_privilege
 }
 

@@ -16,7 +16,7 @@ __all__ = ["PACKAGE_VERSION", "SUPPORTED_EXTENSION_VERSIONS", "check_extension",
 # The extension versions whose SQL functions this package calls, as they are
 # in those versions.  A new extension version is added here once the client
 # has been tested against it.
-SUPPORTED_EXTENSION_VERSIONS: tuple[str, ...] = ("0.6.0",)
+SUPPORTED_EXTENSION_VERSIONS: tuple[str, ...] = ("0.7.0",)
 
 try:
     PACKAGE_VERSION = metadata.version("pgjobq-py")

@@ -1,4 +1,4 @@
-"""Worker: claims jobs of one queue, runs a handler on each, reports the outcome.
+"""Worker: claims jobs of one queue or several, runs a handler on each, reports the outcome.
 
 The caller's thread owns both database connections and does the talking to
 PostgreSQL: claim, acknowledge, heartbeat, reap, release.  Handlers never
@@ -9,12 +9,20 @@ acknowledgements and heartbeats that fall due meanwhile (psycopg serialises
 the two threads' use of the connection).  With ``concurrency`` above 1 they
 run on a pool of that many threads.  The loop:
 
-- claims up to ``batch`` jobs whenever a handler (thread) is idle;
+- claims up to ``batch`` jobs whenever a handler (thread) is idle; with
+  several queues (``WorkerSettings(queue=["a", "b"])``), in one
+  ``jobq.claim_any`` over them all, by priority, run_at and id across them.
+  A queue with limits (``jobq.configure_queue(concurrency => ...,
+  key_concurrency => ..., rate_limit => ...)``) hands out fewer jobs while
+  a limit is reached: when a claim finds nothing it may take, the worker
+  waits as it does for an empty queue (a notification, or poll_interval);
 - acknowledges finished jobs together: successes in one statement, failures
   one ``jobq.fail`` each (with the lease).  Successes go with the next claim
   (``jobq.complete_and_claim``: one round trip and one commit for both), or,
   while handlers are busy, in one ``jobq.complete_many`` once the batch in
-  hand is over or the oldest result has waited ``ack_interval``;
+  hand is over or the oldest result has waited ``ack_interval``.  With
+  several queues, successes go in one ``jobq.complete_many`` just before
+  the next ``jobq.claim_any``;
 - claims each job under a lease of ``lease_timeout`` (by default the
   queue's, set by ``jobq.configure_queue``, else 60 s), which the database
   stores on the job; heartbeats the jobs in hand every
@@ -41,11 +49,15 @@ run on a pool of that many threads.  The loop:
   handed back unstarted, and the database cancels it;
 - runs ``jobq.reap`` every ``reap_interval``, which recovers the jobs whose
   lease expired, whoever held them (the worker level may reap; a role that
-  may not is told so once and leaves reaping to others);
-- with nothing to do, registers as waiting (``jobq.wait``: enqueues notify
-  the queue's channel only while a worker waits), claims once more, and
-  sleeps on LISTEN until a notification, ``poll_interval``, or the run_at of
-  the queue's next job in the future, whichever comes first: a lost
+  may not is told so once and leaves reaping to others), and right after it
+  ``jobq.tick``, which enqueues the jobs of the schedules that are due
+  (``jobq.schedule``), so schedules advance with no other process (a role
+  refused it leaves ticking to others, such as pg_cron);
+- with nothing to do, registers as waiting on each of its queues
+  (``jobq.wait``: enqueues notify the queue's channel only while a worker
+  waits), claims once more, and sleeps on LISTEN (on every queue's channel)
+  until a notification, ``poll_interval``, the run_at of the queues' next
+  job in the future, or the next reap and tick, whichever comes first: a lost
   notification costs at most one poll interval, a job due later starts at
   its run_at.  When the registration is refused for the moment (a producer
   of the queue has a transaction in flight), it claims again after a few
@@ -85,7 +97,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -99,6 +111,7 @@ from psycopg.types.json import set_json_loads
 from pgjobq import _client
 from pgjobq._errors import (
     ConfigurationError,
+    Error,
     InvalidArgument,
     JobNotFound,
     LeaseLost,
@@ -202,6 +215,10 @@ class WorkerSettings:
     than a lease the queue gave, the worker says so once and heartbeats
     such jobs at a quarter of their lease.
 
+    ``queue`` is a queue name, or a list of several: the worker then claims
+    from all of them at once (``jobq.claim_any``), listens on each one's
+    channel and registers as waiting on each.
+
     ``prepared_statements=False`` stops psycopg from preparing the statements
     it runs often (``prepare_threshold=None``).  Turn it off behind PgBouncer
     in transaction pooling mode before version 1.21: a statement prepared on
@@ -212,7 +229,7 @@ class WorkerSettings:
     before the database is touched.
     """
 
-    queue: str = "default"
+    queue: str | Sequence[str] = "default"
     batch: int = 10
     concurrency: int = 1
     poll_interval: float = 1.0
@@ -245,7 +262,17 @@ class WorkerSettings:
                 f"got {value!r}",
             )
 
-        require(isinstance(self.queue, str), f"queue must be a string, got {self.queue!r}")
+        if not isinstance(self.queue, str):
+            names = self.queue
+            require(
+                isinstance(names, Sequence) and all(isinstance(q, str) for q in names),
+                f"queue must be a string or a list of strings, got {names!r}",
+            )
+            require(len(names) > 0, "queue must name at least one queue, got an empty list")
+            repeated = sorted({q for q in names if list(names).count(q) > 1})
+            require(not repeated, f"queue names each queue once, got {', '.join(repeated)} more than once")
+            # frozen: one name stays a str (as settings.queue always was), several become a tuple
+            object.__setattr__(self, "queue", names[0] if len(names) == 1 else tuple(names))
         count("batch", 1000)
         count("concurrency", 1000)
         for name in ("poll_interval", "reap_interval", "reconnect_delay_max"):
@@ -263,6 +290,11 @@ class WorkerSettings:
         if heartbeat is not None:
             require(self.ack_interval < heartbeat, "ack_interval must be shorter than a heartbeat")
         require(isinstance(self.name, str) and 0 < len(self.name) <= 200, "name must be 1 to 200 characters")
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues the worker claims from: queue, as a tuple of one name or several."""
+        return (self.queue,) if isinstance(self.queue, str) else tuple(self.queue)
 
     @property
     def heartbeat_seconds(self) -> float | None:
@@ -335,7 +367,7 @@ def _warn_overdue(job: Job) -> None:
 
 
 class Worker:
-    """Runs ``handler`` on the jobs of one queue.  See the module docstring.
+    """Runs ``handler`` on the jobs of one queue or several.  See the module docstring.
 
     ``conninfo`` is a libpq connection string ("" uses the PG* environment).
     A handler returns normally to complete its job, and what it returns
@@ -358,15 +390,21 @@ class Worker:
         self.handler = handler
         self.settings = settings or WorkerSettings()
         lease_timeout = self.settings.lease_timeout
+        queues = self.settings.queues
+        # Several queues: jobq.claim_any (after complete_many: there is no complete_and_claim_any), and
+        # jobq.wait on each queue, in one statement.
+        self._several = len(queues) > 1
+        self._queue_names = ", ".join(queues)  # for logs
         # The hot statements' parameters, checked once (by WorkerSettings) rather than at every claim.
+        where: dict[str, Any] = {"queues": list(queues)} if self._several else {"queue": queues[0]}
         self._claim_params: dict[str, Any] = {
-            "queue": self.settings.queue,
+            **where,
             "n": self.settings.batch,
             "worker": self.settings.name,
             "lease_timeout": None if lease_timeout is None else timedelta(seconds=lease_timeout),
         }
         self._wait_params: dict[str, Any] = {
-            "queue": self.settings.queue,
+            **where,
             "worker": self.settings.name,
             "up_to": timedelta(seconds=self.settings.poll_interval),
         }
@@ -415,6 +453,7 @@ class Worker:
         self._drained = False  # burst mode: the queue had no runnable job
         self._poll_only = False  # the LISTEN probe failed on this connection: poll until reconnected
         self._may_reap = True  # False once jobq.reap was refused to this role
+        self._may_tick = True  # False once jobq.tick was refused to this role
         self._may_wait = True  # False once jobq.wait was refused to this role
         self._started = False  # said so, once connected to a database it supports
 
@@ -500,6 +539,7 @@ class Worker:
             self._look_for_cancels_if_due(keeper=False)  # handler threads run: the keeper's job in effect
         if now >= self._next_reap:
             self._reap()
+            self._tick()
             self._next_reap = now + self.settings.reap_interval
         self._start_handlers()
         if self._claiming() and self._claim():
@@ -514,17 +554,24 @@ class Worker:
         return not self.stopping and not self._drained and len(self._running) < self.settings.concurrency
 
     def _claim(self) -> bool:
-        """Claim a batch into the backlog; False when the queue had nothing runnable.
+        """Claim a batch into the backlog; False when the queue had nothing runnable (or nothing its limits
+        let this claim take).
 
         Successes waiting to be acknowledged go with the claim: one statement,
         one round trip and one commit for both (jobq.complete_and_claim), with
         their results when any has one.  When the database refuses the
         results (one over its 1 MiB limit, say), nothing is acknowledged or
         claimed: the jobs are acknowledged one by one (_complete_singly), then
-        the claim goes alone.
+        the claim goes alone.  With several queues the successes go first,
+        in one jobq.complete_many (so that the limits no longer count them as
+        running), then the claim (jobq.claim_any).
         """
         conn = self._conn
         assert conn is not None
+        if self._several:
+            self._complete_many()
+            jobs = _client.claim_any_unchecked(conn, self._claim_params, prepare=True)
+            return self._claimed(jobs)
         successes, results = self._take_successes()
         settled = not successes  # once true, a failure below leaves the successes alone
         try:
@@ -552,11 +599,16 @@ class Worker:
             if not settled:
                 self._restore_successes(successes, results)
             raise
+        return self._claimed(jobs)
+
+    def _claimed(self, jobs: list[Job]) -> bool:
+        """Take the jobs a claim returned in hand; whether there were any."""
         if jobs:
             self._hold(jobs)
             self._start_handlers()
         if not jobs and self.settings.burst and not self._in_hand():
-            logger.info("queue %s has no runnable job: burst done", self.settings.queue)
+            noun = "queues" if self._several else "queue"
+            logger.info("%s %s has no runnable job: burst done", noun, self._queue_names)
             self._drained = True
         return bool(jobs)
 
@@ -593,7 +645,7 @@ class Worker:
                 logger.warning(
                     "heartbeat_interval (%g s) is not shorter than the %.3g s leases of queue %s; "
                     "heartbeating those jobs every %.3g s instead",
-                    interval, lease, self.settings.queue, lease / 4,
+                    interval, lease, self._queue_names, lease / 4,
                 )  # fmt: skip
         return lease / 4
 
@@ -679,7 +731,8 @@ class Worker:
         would make producers notify for nobody.  A cancel notification
         (``cancel:<ids>``) is no wake-up: it only concerns jobs in hand.
         """
-        deadline = time.monotonic() + self.settings.poll_interval
+        # also woken for the next reap and tick: schedules advance every reap_interval
+        deadline = min(time.monotonic() + self.settings.poll_interval, self._next_reap)
         conn, listen = self._conn, self._listen_conn
         if listen is None or not self._may_wait:
             self._listen_until(deadline, listen)
@@ -692,7 +745,10 @@ class Worker:
             self._read_notifications(listen, 0)
         before = time.monotonic()
         try:
-            registered, _, next_run_in = _client.wait_unchecked(conn, self._wait_params, prepare=True)
+            if self._several:
+                registered, _, next_run_in = _client.wait_any_unchecked(conn, self._wait_params, prepare=True)
+            else:
+                registered, _, next_run_in = _client.wait_unchecked(conn, self._wait_params, prepare=True)
         except PermissionDenied as exc:
             self._may_wait = False
             logger.warning(
@@ -1177,6 +1233,30 @@ class Worker:
         for job_id, queue, status in reaped:
             logger.warning("reaped job %d of queue %s: its lease expired; now %s", job_id, queue, status)
 
+    def _tick(self) -> None:
+        """Enqueue the occurrences of the schedules that are due (jobq.tick), unless refused to this role.
+
+        Every worker ticks, whatever its queues: a schedule's jobs go to its
+        own queue, and ticks by many workers enqueue each occurrence once.
+        Logged at debug level only: it runs every reap_interval.  A role
+        refused it leaves ticking to others (another worker, or pg_cron); an
+        error of the extension is logged and the worker carries on.
+        """
+        assert self._conn is not None
+        if not self._may_tick:
+            return
+        try:
+            enqueued = _client.tick(self._conn)
+        except PermissionDenied as exc:
+            self._may_tick = False
+            logger.debug("not ticking: jobq.tick was refused to this worker's role (%s)", first_line(exc))
+            return
+        except Error as exc:
+            logger.debug("jobq.tick failed: %s", first_line(exc))
+            return
+        if enqueued:
+            logger.debug("tick: %d scheduled job(s) enqueued", enqueued)
+
     # -- connections --------------------------------------------------------
 
     def _connect(self) -> None:
@@ -1186,9 +1266,10 @@ class Worker:
             if not self._started:
                 self._started = True
                 logger.info(
-                    "worker %s started on queue %s (pgjobq %s)",
+                    "worker %s started on %s %s (pgjobq %s)",
                     self.settings.name,
-                    self.settings.queue,
+                    "queues" if self._several else "queue",
+                    self._queue_names,
                     version,
                 )
             # Behind a transaction-pooling PgBouncer a LISTEN left on a shared
@@ -1203,17 +1284,18 @@ class Worker:
         ):
             with self._listen_lock:
                 self._listen_conn = self._open("listen")
-                channel = _client.channel(self._listen_conn, self.settings.queue)
+                channels = [_client.channel(self._listen_conn, queue) for queue in self.settings.queues]
                 arrive = self._notifications_arrive()
                 if arrive:
                     # Wake-ups sent before this LISTEN are not missed: a claim follows every connect.
                     # Cancel requests are not either: the next heartbeat brings them.
-                    self._listen_conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    for channel in channels:
+                        self._listen_conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             if not arrive:
                 logger.warning(
                     "notifications do not reach this worker's listening connection (a "
                     "transaction-pooling PgBouncer?); not listening on %s, polling every %s s instead",
-                    channel,
+                    ", ".join(channels),
                     self.settings.poll_interval,
                 )
                 with self._listen_lock:

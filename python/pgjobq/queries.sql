@@ -7,7 +7,9 @@ SELECT jobq.enqueue(%(queue)s, %(payload)s::jsonb, priority => %(priority)s,
                     run_at => coalesce(%(run_at)s::timestamptz, now()),
                     max_attempts => %(max_attempts)s::integer,
                     unique_key => %(unique_key)s::text, unique_scope => %(unique_scope)s::text,
-                    on_conflict => %(on_conflict)s::text, headers => %(headers)s::jsonb)
+                    on_conflict => %(on_conflict)s::text, headers => %(headers)s::jsonb,
+                    concurrency_key => %(concurrency_key)s::text, depends_on => %(depends_on)s::bigint[],
+                    on_parent_failure => %(on_parent_failure)s::text)
 
 -- name: enqueue_many
 -- the payloads travel as one JSON array, parsed once, and become the jsonb[]
@@ -20,7 +22,12 @@ SELECT jobq.enqueue_many(%(queue)s,
                          run_at => coalesce(%(run_at)s::timestamptz, now()),
                          max_attempts => %(max_attempts)s::integer,
                          unique_keys => %(unique_keys)s::text[], unique_scope => %(unique_scope)s::text,
-                         on_conflict => %(on_conflict)s::text, headers => %(headers)s::jsonb)
+                         on_conflict => %(on_conflict)s::text, headers => %(headers)s::jsonb,
+                         concurrency_keys => %(concurrency_keys)s::text[])
+
+-- name: enqueue_flow
+-- the steps travel as one JSON array; the ids come back in step order
+SELECT jobq.enqueue_flow(%(queue)s, %(steps)s::jsonb)
 
 -- name: claim
 -- lease_timeout NULL: the queue's.  max_attempts is NULL for a job enqueued
@@ -35,6 +42,13 @@ SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
        extract(epoch FROM lease_expires_at - locked_at)::float8,
        headers
   FROM jobq.claim(%(queue)s, %(n)s, %(worker)s, %(lease_timeout)s::interval)
+
+-- name: claim_any
+-- one claim over several queues, with claim's columns (see claim)
+SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
+       extract(epoch FROM lease_expires_at - locked_at)::float8,
+       headers
+  FROM jobq.claim_any(%(queues)s::text[], %(n)s, %(worker)s, %(lease_timeout)s::interval)
 
 -- name: complete_and_claim
 -- acknowledged jobs first (status done: only their id is needed, so neither
@@ -77,7 +91,7 @@ SELECT id, queue, status FROM jobq.reap(%(stale)s::interval)
 SELECT id FROM jobq.retry_failed(%(queue)s, %(ids)s::bigint[]) AS id
 
 -- name: stats
-SELECT queue, queued, runnable, running, done, failed, oldest_queued_age, cancelled FROM jobq.stats()
+SELECT queue, queued, runnable, running, done, failed, oldest_queued_age, cancelled, waiting FROM jobq.stats()
 
 -- name: channel
 SELECT jobq.channel(%(queue)s)
@@ -91,6 +105,14 @@ SELECT jobq.release(%(id)s, %(lease)s)
 -- compares the database's time with its own
 SELECT w.registered, w.next_run_at, w.next_run_at - statement_timestamp() AS next_run_in
   FROM jobq.wait(%(queue)s, %(worker)s, %(up_to)s::interval) AS w
+
+-- name: wait_any
+-- wait over several queues in one statement: registered only if on every one
+-- (else register again shortly, as for one), the earliest next_run_at of them
+SELECT coalesce(bool_and(w.registered), false), min(w.next_run_at),
+       min(w.next_run_at) - statement_timestamp() AS next_run_in
+  FROM unnest(%(queues)s::text[]) AS q(queue)
+ CROSS JOIN LATERAL jobq.wait(q.queue, %(worker)s, %(up_to)s::interval) AS w
 
 -- name: probe_notify
 -- the worker's LISTEN probe: notifies a channel of its own listening connection
@@ -123,29 +145,46 @@ SELECT jobq.resume(%(queue)s)
 
 -- name: configure_queue
 SELECT queue, paused, max_attempts, backoff_base, backoff_max, backoff_jitter, lease_timeout, timeout,
-       configured
+       configured, concurrency, key_concurrency, key_order, rate_limit, rate_interval
   FROM jobq.configure_queue(%(queue)s, max_attempts => %(max_attempts)s::integer,
                             backoff_base => %(backoff_base)s::interval,
                             backoff_max => %(backoff_max)s::interval,
                             backoff_jitter => %(backoff_jitter)s::double precision,
                             lease_timeout => %(lease_timeout)s::interval, timeout => %(timeout)s::interval,
-                            unset => %(unset)s::text[])
+                            unset => %(unset)s::text[],
+                            concurrency => %(concurrency)s::integer,
+                            key_concurrency => %(key_concurrency)s::integer,
+                            key_order => %(key_order)s::text,
+                            rate_limit => %(rate_limit)s::integer,
+                            rate_interval => %(rate_interval)s::interval)
 
 -- name: queues
 SELECT queue, paused, max_attempts, backoff_base, backoff_max, backoff_jitter, lease_timeout, timeout,
-       configured
+       configured, concurrency, key_concurrency, key_order, rate_limit, rate_interval
   FROM jobq.queues
  ORDER BY queue
 
+-- name: queue_overview
+-- every queue of jobq.queues with its settings and limits, and how many of
+-- its jobs are queued, running and waiting (jobq.stats has no row for a
+-- queue without jobs: 0 then)
+SELECT q.queue, q.paused, q.max_attempts, q.backoff_base, q.backoff_max, q.backoff_jitter, q.lease_timeout,
+       q.timeout, q.configured, q.concurrency, q.key_concurrency, q.key_order, q.rate_limit, q.rate_interval,
+       coalesce(s.queued, 0) AS queued, coalesce(s.running, 0) AS running,
+       coalesce(s.waiting, 0) AS waiting
+  FROM jobq.queues AS q
+  LEFT JOIN jobq.stats() AS s ON s.queue = q.queue
+ ORDER BY q.queue
+
 -- name: job
 SELECT id, queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at,
-       cancel_requested
+       cancel_requested, depends_on
   FROM jobq.job(%(id)s)
 
 -- name: watch
 -- in FROM, so that the function runs once (not once per column)
 SELECT id, queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at,
-       cancel_requested
+       cancel_requested, depends_on
   FROM jobq.watch(%(id)s)
 
 -- name: listen_done
@@ -154,3 +193,23 @@ LISTEN "jobq.done"
 
 -- name: unlisten_done
 UNLISTEN "jobq.done"
+
+-- name: schedule
+SELECT name, queue, payload, cron, timezone, every, priority, max_attempts, headers, catch_up, next_at,
+       next_run, created_at, updated_at
+  FROM jobq.schedule(%(name)s, %(queue)s, payload => %(payload)s::jsonb, cron => %(cron)s::text,
+                     timezone => %(timezone)s::text, every => %(every)s::interval,
+                     priority => %(priority)s::integer, max_attempts => %(max_attempts)s::integer,
+                     headers => %(headers)s::jsonb, catch_up => %(catch_up)s::text)
+
+-- name: unschedule
+SELECT jobq.unschedule(%(name)s)
+
+-- name: schedules
+SELECT name, queue, payload, cron, timezone, every, priority, max_attempts, headers, catch_up, next_at,
+       next_run, created_at, updated_at
+  FROM jobq.schedules
+ ORDER BY name
+
+-- name: tick
+SELECT jobq.tick()

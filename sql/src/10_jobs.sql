@@ -59,12 +59,12 @@ WITH (
 ALTER SEQUENCE jobq.jobs_id_seq OWNED BY jobq.jobs.id;
 
 COMMENT ON TABLE jobq.jobs IS
-    'One row per job.  status: queued -> running -> done | failed | cancelled; failed rows are the dead-letter queue.';
+    'One row per job.  status: (waiting ->) queued -> running -> done | failed | cancelled; failed rows are the dead-letter queue.';
 COMMENT ON SEQUENCE jobq.jobs_id_seq IS 'Ids of jobq.jobs; dumped by pg_dump with the table.';
 COMMENT ON COLUMN jobq.jobs.id IS 'Job id, from jobq.jobs_id_seq.';
 COMMENT ON COLUMN jobq.jobs.queue IS 'Queue name: 1 to 58 characters of a-z, 0-9 and _ (checked by the functions). Workers listen on channel jobq_<queue>.';
 COMMENT ON COLUMN jobq.jobs.payload IS 'The job''s arguments: a JSON object of at most 1 MiB.';
-COMMENT ON COLUMN jobq.jobs.status IS 'queued, running, done, failed or cancelled.';
+COMMENT ON COLUMN jobq.jobs.status IS 'waiting (for parent jobs), queued, running, done, failed or cancelled.';
 COMMENT ON COLUMN jobq.jobs.priority IS 'Higher runs first; between -32768 and 32767.';
 COMMENT ON COLUMN jobq.jobs.run_at IS 'The job is not claimed before this time (delays and retry backoff).';
 COMMENT ON COLUMN jobq.jobs.attempts IS 'Claims so far; reset by jobq.retry_failed.';
@@ -77,7 +77,7 @@ COMMENT ON COLUMN jobq.jobs.last_error IS 'The last failure (at most 2,000 chara
 COMMENT ON COLUMN jobq.jobs.created_at IS 'When the job was enqueued (the enqueueing transaction''s clock).';
 COMMENT ON COLUMN jobq.jobs.finished_at IS 'When the job became done, failed or cancelled.';
 COMMENT ON COLUMN jobq.jobs.headers IS 'Metadata for the worker (trace context, for example): a JSON object of at most 1 MiB, returned by claim.';
-COMMENT ON COLUMN jobq.jobs.control IS 'Job control, as bits: 1, a cancel was requested (jobq.cancel) while it ran; 2, it is watched (jobq.watch); 4, it was enqueued with a unique key (jobq.unique_keys). NULL: none of these.';
+COMMENT ON COLUMN jobq.jobs.control IS 'Job control, as bits: 1, a cancel was requested (jobq.cancel) while it ran; 2, it is watched (jobq.watch); 4, it was enqueued with a unique key (jobq.unique_keys); 8, jobs depend on it (jobq.job_deps); 16, it has a concurrency key (jobq.concurrency_keys); 32, it depends on jobs. NULL: none of these.';
 
 -- Serves jobq.claim exactly: its WHERE (queue, status, run_at) and its ORDER BY.
 CREATE INDEX jobs_claim_idx ON jobq.jobs (queue, priority DESC, run_at, id)

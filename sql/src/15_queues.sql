@@ -14,6 +14,12 @@ CREATE TABLE jobq.queue_settings (
     lease_timeout  interval,
     timeout        interval,
     updated_at     timestamptz      NOT NULL DEFAULT pg_catalog.now(),
+    -- 0.7.0: limits (52_limits.sql)
+    concurrency     integer,
+    key_concurrency integer,
+    key_order       text,
+    rate_limit      integer,
+    rate_interval   interval,
     CONSTRAINT queue_settings_pkey PRIMARY KEY (queue)
 );
 COMMENT ON TABLE jobq.queue_settings IS
@@ -27,6 +33,11 @@ COMMENT ON COLUMN jobq.queue_settings.backoff_jitter IS 'Between 0 and 1: each d
 COMMENT ON COLUMN jobq.queue_settings.lease_timeout IS 'The lease of a claim that names none; default 60 seconds.';
 COMMENT ON COLUMN jobq.queue_settings.timeout IS 'The longest an attempt of one of its jobs may run once claimed; default none (no limit).';
 COMMENT ON COLUMN jobq.queue_settings.updated_at IS 'When the row last changed.';
+COMMENT ON COLUMN jobq.queue_settings.concurrency IS 'At most this many of the queue''s jobs run at once; default none (no limit).';
+COMMENT ON COLUMN jobq.queue_settings.key_concurrency IS 'At most this many jobs of one concurrency key run at once; default none (no limit).';
+COMMENT ON COLUMN jobq.queue_settings.key_order IS 'How claims choose among keys: priority (the default: claim order, full keys passed over) or round_robin (one job per key in turn).';
+COMMENT ON COLUMN jobq.queue_settings.rate_limit IS 'At most this many claims of the queue''s jobs per rate_interval; default none (no limit).';
+COMMENT ON COLUMN jobq.queue_settings.rate_interval IS 'The window of rate_limit (set with it; 1 second when rate_limit is set alone).';
 
 -- pg_dump keeps the settings, like the jobs.
 SELECT pg_catalog.pg_extension_config_dump('jobq.queue_settings', '');
@@ -44,7 +55,8 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings TO @extowner@;
 CREATE FUNCTION jobq._queues()
 RETURNS TABLE (queue text, paused boolean, max_attempts integer, backoff_base interval,
                backoff_max interval, backoff_jitter double precision, lease_timeout interval,
-               timeout interval, configured boolean)
+               timeout interval, configured boolean, concurrency integer, key_concurrency integer,
+               key_order text, rate_limit integer, rate_interval interval)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -77,7 +89,12 @@ AS $$
            coalesce(s.backoff_jitter, 0),
            coalesce(s.lease_timeout, interval '60 seconds'),
            s.timeout,
-           s.queue IS NOT NULL
+           s.queue IS NOT NULL,
+           s.concurrency,
+           s.key_concurrency,
+           coalesce(s.key_order, 'priority'),
+           s.rate_limit,
+           s.rate_interval
       FROM known AS k
       LEFT JOIN jobq.queue_settings AS s ON s.queue = k.queue
      ORDER BY k.queue
@@ -98,6 +115,11 @@ COMMENT ON COLUMN jobq.queues.backoff_jitter IS 'The fraction by which a retry d
 COMMENT ON COLUMN jobq.queues.lease_timeout IS 'The lease of a claim that names none.';
 COMMENT ON COLUMN jobq.queues.timeout IS 'The longest an attempt of one of its jobs may run once claimed; NULL: no limit.';
 COMMENT ON COLUMN jobq.queues.configured IS 'Whether the queue has a row in jobq.queue_settings.';
+COMMENT ON COLUMN jobq.queues.concurrency IS 'At most this many of its jobs run at once; NULL: no limit.';
+COMMENT ON COLUMN jobq.queues.key_concurrency IS 'At most this many jobs of one concurrency key run at once; NULL: no limit.';
+COMMENT ON COLUMN jobq.queues.key_order IS 'How claims choose among concurrency keys: priority or round_robin.';
+COMMENT ON COLUMN jobq.queues.rate_limit IS 'At most this many claims per rate_interval; NULL: no limit.';
+COMMENT ON COLUMN jobq.queues.rate_interval IS 'The window of rate_limit.';
 REVOKE ALL ON TABLE jobq.queues FROM PUBLIC;
 GRANT SELECT ON TABLE jobq.queues TO @extowner@;
 
@@ -144,16 +166,26 @@ GRANT EXECUTE ON FUNCTION jobq._max_attempts(text) TO @extowner@;
 
 /*
  * jobq.configure_queue(queue, max_attempts, backoff_base, backoff_max,
- * backoff_jitter, lease_timeout, timeout, unset): the queue's row of
+ * backoff_jitter, lease_timeout, timeout, unset, concurrency,
+ * key_concurrency, key_order, rate_limit, rate_interval): the queue's row of
  * jobq.queues after the change.  A NULL argument leaves its setting as it
- * is; unset names settings to put back to their defaults.  Takes effect for
- * the claims and failures that start after the commit; a job already claimed
- * keeps the max_attempts, lease and deadline it was claimed with.  Locks the
- * queue's settings row.  Raises 22004 (NULL queue), 22023 (bad queue name;
- * max_attempts outside 1..1000; backoff_base not positive or over 1 day;
- * backoff_max not positive or over 10 years; backoff_jitter outside 0..1;
- * lease_timeout not positive or over 1 day; timeout not positive or over 30
- * days; unset naming anything else, or a setting also given).
+ * is; unset names settings to put back to their defaults (unsetting
+ * rate_limit unsets rate_interval too).  Takes effect for the claims and
+ * failures that start after the commit; a job already claimed keeps the
+ * max_attempts, lease and deadline it was claimed with, and a lowered limit
+ * lets the jobs already running finish.  The limits (52_limits.sql):
+ * concurrency, the most jobs of the queue running at once; key_concurrency,
+ * the most per concurrency key; key_order, 'priority' or 'round_robin';
+ * rate_limit claims per rate_interval (1 second when rate_limit is set
+ * without it).  Locks the queue's settings row.  Raises 22004 (NULL queue),
+ * 22023 (bad queue name; max_attempts outside 1..1000; backoff_base not
+ * positive or over 1 day; backoff_max not positive or over 10 years;
+ * backoff_jitter outside 0..1; lease_timeout not positive or over 1 day;
+ * timeout not positive or over 30 days; concurrency or key_concurrency
+ * outside 1..100000; key_order neither 'priority' nor 'round_robin';
+ * rate_limit outside 1..10000; rate_interval not positive or over 1 day,
+ * or given without rate_limit on a queue that has none; unset naming
+ * anything else, or a setting also given).
  */
 CREATE FUNCTION jobq.configure_queue(
     queue          text,
@@ -163,14 +195,20 @@ CREATE FUNCTION jobq.configure_queue(
     backoff_jitter double precision DEFAULT NULL,
     lease_timeout  interval         DEFAULT NULL,
     timeout        interval         DEFAULT NULL,
-    unset          text[]           DEFAULT '{}')
+    unset          text[]           DEFAULT '{}',
+    concurrency     integer         DEFAULT NULL,
+    key_concurrency integer         DEFAULT NULL,
+    key_order       text            DEFAULT NULL,
+    rate_limit      integer         DEFAULT NULL,
+    rate_interval   interval        DEFAULT NULL)
 RETURNS jobq.queues
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     settings constant text[] := ARRAY['max_attempts', 'backoff_base', 'backoff_max', 'backoff_jitter',
-                                      'lease_timeout', 'timeout'];
+                                      'lease_timeout', 'timeout', 'concurrency', 'key_concurrency',
+                                      'key_order', 'rate_limit', 'rate_interval'];
     given    text[];
     bad      bigint;
     outcome  jobq.queues;
@@ -200,6 +238,27 @@ BEGIN
         RAISE EXCEPTION 'timeout must be a positive interval of at most 30 days, got %', configure_queue.timeout
             USING ERRCODE = '22023';
     END IF;
+    IF configure_queue.concurrency NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'concurrency must be between 1 and 100000, got %', configure_queue.concurrency
+            USING ERRCODE = '22023';
+    END IF;
+    IF configure_queue.key_concurrency NOT BETWEEN 1 AND 100000 THEN
+        RAISE EXCEPTION 'key_concurrency must be between 1 and 100000, got %', configure_queue.key_concurrency
+            USING ERRCODE = '22023';
+    END IF;
+    IF configure_queue.key_order NOT IN ('priority', 'round_robin') THEN
+        RAISE EXCEPTION 'key_order must be priority or round_robin, got %', quote_literal(left(configure_queue.key_order, 80))
+            USING ERRCODE = '22023';
+    END IF;
+    IF configure_queue.rate_limit NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'rate_limit must be between 1 and 10000, got %', configure_queue.rate_limit
+            USING ERRCODE = '22023',
+                  HINT = 'For more claims, make rate_interval longer.';
+    END IF;
+    IF configure_queue.rate_interval <= interval '0' OR configure_queue.rate_interval > interval '1 day' THEN
+        RAISE EXCEPTION 'rate_interval must be a positive interval of at most 1 day, got %', configure_queue.rate_interval
+            USING ERRCODE = '22023';
+    END IF;
     IF configure_queue.unset IS NULL THEN
         RAISE EXCEPTION 'unset must not be NULL' USING ERRCODE = '22004';
     END IF;
@@ -223,18 +282,34 @@ BEGIN
                  CASE WHEN configure_queue.backoff_max IS NOT NULL THEN 'backoff_max' END,
                  CASE WHEN configure_queue.backoff_jitter IS NOT NULL THEN 'backoff_jitter' END,
                  CASE WHEN configure_queue.lease_timeout IS NOT NULL THEN 'lease_timeout' END,
-                 CASE WHEN configure_queue.timeout IS NOT NULL THEN 'timeout' END], NULL);
+                 CASE WHEN configure_queue.timeout IS NOT NULL THEN 'timeout' END,
+                 CASE WHEN configure_queue.concurrency IS NOT NULL THEN 'concurrency' END,
+                 CASE WHEN configure_queue.key_concurrency IS NOT NULL THEN 'key_concurrency' END,
+                 CASE WHEN configure_queue.key_order IS NOT NULL THEN 'key_order' END,
+                 CASE WHEN configure_queue.rate_limit IS NOT NULL THEN 'rate_limit' END,
+                 CASE WHEN configure_queue.rate_interval IS NOT NULL THEN 'rate_interval' END], NULL);
     IF given && configure_queue.unset THEN
         RAISE EXCEPTION 'unset must not name a setting also given, got %',
                         array_to_string(ARRAY(SELECT unnest(given) INTERSECT SELECT unnest(configure_queue.unset)), ', ')
             USING ERRCODE = '22023';
     END IF;
+    IF configure_queue.rate_interval IS NOT NULL AND configure_queue.rate_limit IS NULL
+       AND NOT EXISTS (SELECT FROM jobq.queue_settings AS s
+                        WHERE s.queue = configure_queue.queue AND s.rate_limit IS NOT NULL
+                          AND NOT 'rate_limit' = ANY (configure_queue.unset)) THEN
+        RAISE EXCEPTION 'rate_interval needs a rate_limit: queue % has none', quote_literal(configure_queue.queue)
+            USING ERRCODE = '22023';
+    END IF;
 
     INSERT INTO jobq.queue_settings AS s (queue, max_attempts, backoff_base, backoff_max, backoff_jitter,
-                                          lease_timeout, timeout)
+                                          lease_timeout, timeout, concurrency, key_concurrency, key_order,
+                                          rate_limit, rate_interval)
     VALUES (configure_queue.queue, configure_queue.max_attempts, configure_queue.backoff_base,
             configure_queue.backoff_max, configure_queue.backoff_jitter, configure_queue.lease_timeout,
-            configure_queue.timeout)
+            configure_queue.timeout, configure_queue.concurrency, configure_queue.key_concurrency,
+            configure_queue.key_order, configure_queue.rate_limit,
+            CASE WHEN configure_queue.rate_limit IS NOT NULL
+                 THEN coalesce(configure_queue.rate_interval, interval '1 second') END)
     ON CONFLICT ON CONSTRAINT queue_settings_pkey DO UPDATE
        SET max_attempts   = CASE WHEN 'max_attempts' = ANY (configure_queue.unset) THEN NULL
                                  ELSE coalesce(excluded.max_attempts, s.max_attempts) END,
@@ -248,16 +323,31 @@ BEGIN
                                  ELSE coalesce(excluded.lease_timeout, s.lease_timeout) END,
            timeout        = CASE WHEN 'timeout' = ANY (configure_queue.unset) THEN NULL
                                  ELSE coalesce(excluded.timeout, s.timeout) END,
+           concurrency    = CASE WHEN 'concurrency' = ANY (configure_queue.unset) THEN NULL
+                                 ELSE coalesce(excluded.concurrency, s.concurrency) END,
+           key_concurrency = CASE WHEN 'key_concurrency' = ANY (configure_queue.unset) THEN NULL
+                                  ELSE coalesce(excluded.key_concurrency, s.key_concurrency) END,
+           key_order      = CASE WHEN 'key_order' = ANY (configure_queue.unset) THEN NULL
+                                 ELSE coalesce(excluded.key_order, s.key_order) END,
+           rate_limit     = CASE WHEN 'rate_limit' = ANY (configure_queue.unset) THEN NULL
+                                 ELSE coalesce(excluded.rate_limit, s.rate_limit) END,
+           -- the window goes with its limit: given, kept, or 1 second (for a new limit)
+           rate_interval  = CASE WHEN 'rate_limit' = ANY (configure_queue.unset) THEN NULL
+                                 WHEN 'rate_interval' = ANY (configure_queue.unset)
+                                      AND coalesce(excluded.rate_limit, s.rate_limit) IS NOT NULL THEN interval '1 second'
+                                 WHEN 'rate_interval' = ANY (configure_queue.unset) THEN NULL
+                                 WHEN coalesce(excluded.rate_limit, s.rate_limit) IS NULL THEN NULL
+                                 ELSE coalesce(configure_queue.rate_interval, s.rate_interval, interval '1 second') END,
            updated_at     = statement_timestamp();
 
     SELECT q.* INTO outcome FROM jobq.queues AS q WHERE q.queue = configure_queue.queue;
     RETURN outcome;
 END
 $$;
-COMMENT ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[]) IS
-    'Set a queue''s policy: max_attempts, backoff_base, backoff_max, backoff_jitter, lease_timeout, timeout (NULL: unchanged; unset: back to the default). Returns its row of jobq.queues.';
-REVOKE ALL ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[]) TO @extowner@;
+COMMENT ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval) IS
+    'Set a queue''s policy: max_attempts, backoff_base, backoff_max, backoff_jitter, lease_timeout, timeout, and its limits concurrency, key_concurrency, key_order, rate_limit per rate_interval (NULL: unchanged; unset: back to the default). Returns its row of jobq.queues.';
+REVOKE ALL ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval) TO @extowner@;
 
 /*
  * jobq.pause(queue): returns nothing.  From its commit on, no claim (in any

@@ -160,7 +160,8 @@ GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz
 
 /*
  * jobq.enqueue(queue, payload, priority, run_at, max_attempts, unique_key,
- * unique_scope, on_conflict, headers): the new job's id.  Runs in the
+ * unique_scope, on_conflict, headers, concurrency_key, depends_on,
+ * on_parent_failure): the new job's id.  Runs in the
  * caller's transaction: rolled back, the job never existed.  Inserts one
  * row; holds the queue's wake-up advisory lock shared (never waiting for
  * it) until the transaction ends, and notifies jobq_<queue> when a worker
@@ -176,11 +177,17 @@ GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz
  * and headers, and its id is returned; a running holder gives up the key
  * and is asked to stop, as by jobq.cancel, and a new job is inserted; a done holder is
  * returned).  A conflicting enqueue still in flight is waited for.
+ * concurrency_key: the key the queue's key_concurrency limits (52_limits.sql).
+ * depends_on: parent job ids; the job waits (status 'waiting') until every
+ * parent is done, and a parent ending failed or cancelled cancels it, or
+ * with on_parent_failure => 'run' counts as ended (45_flow.sql); the parents
+ * stay locked until the transaction ends.
  *
  * Raises 22004 (NULL argument), 22023 (bad queue name, payload not a JSON
  * object, priority outside -32768..32767, run_at not within 10 years of
- * now, max_attempts outside 1..1000, and what jobq._check_job_options
- * refuses), 54000 (payload or headers over 1 MiB), JQ004, 40001.
+ * now, max_attempts outside 1..1000, and what jobq._check_job_options and
+ * jobq._enqueue_linked refuse), 54000 (payload or headers over 1 MiB),
+ * JQ002 (a parent that does not exist), JQ004, 40001.
  *
  * The hot path of producers: the checks are inline (a helper is called
  * only to raise, or to measure a payload that may be compressed), the work
@@ -195,7 +202,10 @@ CREATE FUNCTION jobq.enqueue(
     unique_key   text        DEFAULT NULL,
     unique_scope text        DEFAULT 'active',
     on_conflict  text        DEFAULT 'return',
-    headers      jsonb       DEFAULT NULL)
+    headers      jsonb       DEFAULT NULL,
+    concurrency_key   text     DEFAULT NULL,
+    depends_on        bigint[] DEFAULT NULL,
+    on_parent_failure text     DEFAULT 'cancel')
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: producers insert jobs without INSERT on jobq.jobs.
@@ -235,7 +245,8 @@ BEGIN
     -- with a snapshot taken after it, the look at the waiters
     locked := pg_try_advisory_xact_lock_shared(hashtext('jobq._waiters'), hashtext(enqueue.queue));
     IF enqueue.unique_key IS NULL AND enqueue.headers IS NULL
-       AND enqueue.on_conflict = 'return' AND enqueue.unique_scope = 'active' THEN
+       AND enqueue.on_conflict = 'return' AND enqueue.unique_scope = 'active'
+       AND enqueue.concurrency_key IS NULL AND enqueue.depends_on IS NULL AND enqueue.on_parent_failure = 'cancel' THEN
         INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts)
         VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts)
         RETURNING jobq.jobs.id,
@@ -245,7 +256,19 @@ BEGIN
         -- the options of job control, checked by their helper
         PERFORM jobq._check_job_options(enqueue.unique_key, enqueue.unique_scope, enqueue.on_conflict,
                                         enqueue.headers);
-        IF enqueue.unique_key IS NULL THEN
+        IF enqueue.concurrency_key IS NOT NULL OR enqueue.depends_on IS NOT NULL
+           OR enqueue.on_parent_failure IS DISTINCT FROM 'cancel' THEN
+            -- a concurrency key or parents (45_flow.sql)
+            SELECT l.id, l.runnable INTO new_id, waiting
+              FROM jobq._enqueue_linked(enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at,
+                                        enqueue.max_attempts, enqueue.unique_key, enqueue.unique_scope,
+                                        enqueue.on_conflict, enqueue.headers, enqueue.concurrency_key,
+                                        enqueue.depends_on, enqueue.on_parent_failure) AS l;
+            IF NOT waiting THEN
+                RETURN new_id;  -- nothing new to run (yet): no wake-up
+            END IF;
+            waiting := EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now());
+        ELSIF enqueue.unique_key IS NULL THEN
             -- the INSERT above with headers (kept apart so that the plain one keeps its plan)
             INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
             VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts,
@@ -270,23 +293,24 @@ BEGIN
     RETURN new_id;
 END
 $$;
-COMMENT ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) IS
-    'Enqueue one job; returns its id. Options: priority, run_at, max_attempts, headers; unique_key with unique_scope (active, until_done) and on_conflict (return, skip, raise, replace). Notifies jobq_<queue> when a worker waits.';
-REVOKE ALL ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) TO @extowner@;
+COMMENT ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text) IS
+    'Enqueue one job; returns its id. Options: priority, run_at, max_attempts, headers; unique_key with unique_scope (active, until_done) and on_conflict (return, skip, raise, replace); concurrency_key; depends_on (parent job ids) with on_parent_failure (cancel, run). Notifies jobq_<queue> when a worker waits.';
+REVOKE ALL ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text) TO @extowner@;
 
 /*
  * jobq.enqueue_many(queue, payloads, priority, run_at, max_attempts,
- * unique_keys, unique_scope, on_conflict, headers): the ids, in the
- * order of payloads; without unique_keys one INSERT, and at most one
- * notification (as jobq.enqueue).  unique_keys, when given, is aligned with
- * payloads (NULL: no key for that job), and each job is enqueued as
- * jobq.enqueue would, in order: of equal keys the first wins, and the ids
- * returned follow on_conflict (NULL for skip).  headers and the other
- * options apply to every job.  Raises like jobq.enqueue, naming the first
- * bad element by its own subscript (payloads[i], unique_keys[i]), and 22023
- * for a multidimensional array or unique_keys of another length; inserts
- * nothing then.
+ * unique_keys, unique_scope, on_conflict, headers, concurrency_keys): the
+ * ids, in the order of payloads; without unique_keys one INSERT, and at
+ * most one notification (as jobq.enqueue).  unique_keys, when given, is
+ * aligned with payloads (NULL: no key for that job), and each job is
+ * enqueued as jobq.enqueue would, in order: of equal keys the first wins,
+ * and the ids returned follow on_conflict (NULL for skip).
+ * concurrency_keys, when given, is aligned with payloads too (NULL: none).
+ * headers and the other options apply to every job.  Raises like
+ * jobq.enqueue, naming the first bad element by its own subscript
+ * (payloads[i], unique_keys[i], concurrency_keys[i]), and 22023 for a
+ * multidimensional array or keys of another length; inserts nothing then.
  */
 CREATE FUNCTION jobq.enqueue_many(
     queue        text,
@@ -297,7 +321,8 @@ CREATE FUNCTION jobq.enqueue_many(
     unique_keys  text[]      DEFAULT NULL,
     unique_scope text        DEFAULT 'active',
     on_conflict  text        DEFAULT 'return',
-    headers      jsonb       DEFAULT NULL)
+    headers      jsonb       DEFAULT NULL,
+    concurrency_keys text[]  DEFAULT NULL)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: producers insert jobs without INSERT on jobq.jobs.
@@ -336,8 +361,50 @@ BEGIN
     PERFORM jobq._check_options(enqueue_many.priority, enqueue_many.run_at, enqueue_many.max_attempts);
     PERFORM jobq._check_job_options(NULL, enqueue_many.unique_scope, enqueue_many.on_conflict,
                                     enqueue_many.headers);
+    IF enqueue_many.concurrency_keys IS NOT NULL THEN
+        IF array_ndims(enqueue_many.concurrency_keys) > 1 THEN
+            RAISE EXCEPTION 'concurrency_keys must be a one-dimensional array, got % dimensions',
+                            array_ndims(enqueue_many.concurrency_keys)
+                USING ERRCODE = '22023';
+        END IF;
+        IF cardinality(enqueue_many.concurrency_keys) <> cardinality(enqueue_many.payloads) THEN
+            RAISE EXCEPTION 'concurrency_keys must have as many elements as payloads, got % and %',
+                            cardinality(enqueue_many.concurrency_keys), cardinality(enqueue_many.payloads)
+                USING ERRCODE = '22023',
+                      HINT = 'Pass NULL for a job without a key.';
+        END IF;
+        SELECT k.position + array_lower(enqueue_many.concurrency_keys, 1) - 1 INTO bad_position
+          FROM unnest(enqueue_many.concurrency_keys) WITH ORDINALITY AS k(concurrency_key, position)
+         WHERE length(k.concurrency_key) NOT BETWEEN 1 AND 512
+         ORDER BY k.position
+         LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'concurrency_keys[%] must be 1 to 512 characters, got %', bad_position,
+                            length(enqueue_many.concurrency_keys[bad_position])
+                USING ERRCODE = '22023';
+        END IF;
+    END IF;
 
-    IF enqueue_many.unique_keys IS NULL THEN
+    IF enqueue_many.unique_keys IS NULL AND enqueue_many.concurrency_keys IS NOT NULL THEN
+        -- with concurrency keys: the keyed jobs marked (control bit 16), their keys stored
+        WITH inserted AS (
+            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, control)
+            SELECT enqueue_many.queue, p.payload, enqueue_many.priority, enqueue_many.run_at,
+                   enqueue_many.max_attempts, enqueue_many.headers,
+                   CASE WHEN p.concurrency_key IS NOT NULL THEN 16 END
+              FROM unnest(enqueue_many.payloads, enqueue_many.concurrency_keys) WITH ORDINALITY
+                   AS p(payload, concurrency_key, position)
+             ORDER BY p.position
+            RETURNING jobq.jobs.id
+        )
+        SELECT coalesce(array_agg(i.id ORDER BY i.id), '{}') INTO new_ids
+          FROM inserted AS i;
+        INSERT INTO jobq.concurrency_keys (id, queue, concurrency_key, priority)
+        SELECT k.id, enqueue_many.queue, k.concurrency_key, enqueue_many.priority
+          FROM unnest(new_ids, enqueue_many.concurrency_keys) AS k(id, concurrency_key)
+         WHERE k.concurrency_key IS NOT NULL;
+        any_changed := cardinality(new_ids) > 0;
+    ELSIF enqueue_many.unique_keys IS NULL THEN
         WITH inserted AS (
             INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
             SELECT enqueue_many.queue, p.payload, enqueue_many.priority, enqueue_many.run_at,
@@ -375,12 +442,19 @@ BEGIN
         END IF;
         new_ids := '{}';
         FOR one IN
-            SELECT p.payload, p.unique_key
-              FROM unnest(enqueue_many.payloads, enqueue_many.unique_keys) WITH ORDINALITY
-                   AS p(payload, unique_key, position)
+            SELECT p.payload, p.unique_key, p.concurrency_key
+              FROM unnest(enqueue_many.payloads, enqueue_many.unique_keys,
+                          coalesce(enqueue_many.concurrency_keys, '{}')) WITH ORDINALITY
+                   AS p(payload, unique_key, concurrency_key, position)
              ORDER BY p.position
         LOOP
-            IF one.unique_key IS NULL THEN
+            IF one.concurrency_key IS NOT NULL THEN
+                SELECT new_ids || l.id, any_changed OR l.runnable INTO new_ids, any_changed
+                  FROM jobq._enqueue_linked(enqueue_many.queue, one.payload, enqueue_many.priority,
+                                            enqueue_many.run_at, enqueue_many.max_attempts, one.unique_key,
+                                            enqueue_many.unique_scope, enqueue_many.on_conflict,
+                                            enqueue_many.headers, one.concurrency_key, NULL, 'cancel') AS l;
+            ELSIF one.unique_key IS NULL THEN
                 INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
                 VALUES (enqueue_many.queue, one.payload, enqueue_many.priority, enqueue_many.run_at,
                         enqueue_many.max_attempts, enqueue_many.headers)
@@ -407,7 +481,7 @@ BEGIN
     RETURN new_ids;
 END
 $$;
-COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb) IS
-    'Enqueue many jobs in one call; returns their ids in the order of payloads. Same options as jobq.enqueue, with unique_keys aligned with payloads.';
-REVOKE ALL ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb) TO @extowner@;
+COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[]) IS
+    'Enqueue many jobs in one call; returns their ids in the order of payloads. Same options as jobq.enqueue, with unique_keys and concurrency_keys aligned with payloads.';
+REVOKE ALL ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[]) TO @extowner@;

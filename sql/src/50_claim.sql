@@ -5,12 +5,13 @@
 
 -- What every claim of a queue reads first, one row per queue claimed in
 -- the last minute or so: the queue's settings, copied from
--- jobq.queue_settings (paused, lease_timeout, timeout, max_attempts; NULL
--- for a plain queue) until cached_until, and forward mode's position
--- (priority, run_at, id) until until, if the queue is in forward mode (see
--- jobq.claim).  So a claim reads one small table, which it read anyway
--- for forward mode, instead of probing jobq.queue_settings too (a probe
--- cost 3% of a claim and its completion).  Unlogged and never dumped: a
+-- jobq.queue_settings (paused, lease_timeout, timeout, max_attempts, and
+-- whether it has limits; NULL for a plain queue) until cached_until, and
+-- forward mode's position (priority, run_at, id) until until, if the queue
+-- is in forward mode (see jobq.claim).  So a claim reads one small table,
+-- which it read anyway for forward mode, instead of probing
+-- jobq.queue_settings too (a probe cost 3% of a claim and its completion;
+-- a claim of a queue with limits reads them there, after its gate's lock).  Unlogged and never dumped: a
 -- cache and a hint, lost without harm in a crash or a restore, after which
 -- claims fill it again from jobq.queue_settings.  Shared by every session
 -- claiming the queue, so nothing is kept in a session, where a
@@ -32,7 +33,8 @@ CREATE UNLOGGED TABLE jobq._claim_hints (
     lease_timeout interval,
     timeout       interval,
     max_attempts  integer,
-    cached_until  timestamptz NOT NULL DEFAULT '-infinity'  -- settings not cached
+    cached_until  timestamptz NOT NULL DEFAULT '-infinity',  -- settings not cached
+    limited       boolean  -- 0.7.0: the queue has limits (52_limits.sql reads them)
 );
 COMMENT ON TABLE jobq._claim_hints IS
     'Internal: per queue claimed lately, its settings (from jobq.queue_settings, until cached_until) and where claims in forward mode scan from (priority, run_at, id, until until). A cache and a hint only.';
@@ -68,7 +70,8 @@ BEGIN
               AND pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(_claim_settings.queue));
     -- read after the lock, with a snapshot of its own
     SELECT _claim_settings.queue, h.priority, h.run_at, h.id, h.until, s.paused, s.lease_timeout, s.timeout,
-           s.max_attempts, statement_timestamp() + interval '1 minute'
+           s.max_attempts, statement_timestamp() + interval '1 minute',
+           s.concurrency IS NOT NULL OR s.key_concurrency IS NOT NULL OR s.rate_limit IS NOT NULL
       INTO cached
       FROM (SELECT) AS one
       LEFT JOIN jobq.queue_settings AS s ON s.queue = _claim_settings.queue
@@ -189,6 +192,7 @@ DECLARE
     picked        bigint[];
     walked        bigint;
     forward_until timestamptz;  -- forward mode lasts until then; NULL: the last scan was from the start
+    claimed_at    timestamptz;  -- a queue with limits: when its claim took the gate (52_limits.sql)
 BEGIN
     IF claim.queue IS NULL THEN
         RAISE EXCEPTION 'queue must not be NULL' USING ERRCODE = '22004';
@@ -235,7 +239,10 @@ BEGIN
             RETURN;  -- a paused queue hands out nothing
         END IF;
     END IF;
-    IF hint.until > statement_timestamp() THEN
+    IF hint.limited THEN
+        -- a queue with limits (52_limits.sql): its gate decides how many, and when
+        SELECT g.picked, g.at INTO picked, claimed_at FROM jobq._claim_gated(claim.queue, claim.n) AS g;
+    ELSIF hint.until > statement_timestamp() THEN
         forward_until := hint.until;
         walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
         picked := ARRAY(
@@ -250,7 +257,7 @@ BEGIN
              LIMIT (SELECT claim.n)
                FOR NO KEY UPDATE SKIP LOCKED);
     END IF;
-    IF cardinality(picked) IS DISTINCT FROM claim.n THEN
+    IF cardinality(picked) IS DISTINCT FROM claim.n AND NOT hint.limited IS TRUE THEN
         -- from the start of the index
         forward_until := NULL;
         walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
@@ -267,7 +274,7 @@ BEGIN
 
     -- the entries the scan walked in vain: those it returned but did not claim
     walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass) - walked
-              - cardinality(picked);
+              - cardinality(picked);  -- NULL for a queue with limits: no forward mode
     IF walked > 1000 AND cardinality(picked) > 0
        AND pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(claim.queue)) THEN
         UPDATE jobq._claim_hints AS h
@@ -318,10 +325,10 @@ BEGIN
         UPDATE jobq.jobs AS j
            SET status           = 'running',
                locked_by        = claim.worker,
-               locked_at        = statement_timestamp(),
-               lease_expires_at = least(statement_timestamp()
+               locked_at        = coalesce(claimed_at, statement_timestamp()),
+               lease_expires_at = least(coalesce(claimed_at, statement_timestamp())
                                         + coalesce(claim.lease_timeout, hint.lease_timeout, interval '60 seconds'),
-                                        statement_timestamp() + hint.timeout),
+                                        coalesce(claimed_at, statement_timestamp()) + hint.timeout),
                max_attempts     = coalesce(j.max_attempts, hint.max_attempts, 3),
                attempts         = j.attempts + 1,
                lease            = j.lease + 1
@@ -329,7 +336,7 @@ BEGIN
         RETURNING j.*
     ), timed AS (
         INSERT INTO jobq.deadlines (id, lease, deadline)
-        SELECT c.id, c.lease, statement_timestamp() + hint.timeout
+        SELECT c.id, c.lease, coalesce(claimed_at, statement_timestamp()) + hint.timeout
           FROM claimed AS c
          WHERE (SELECT hint.timeout) IS NOT NULL  -- a sub-select, so the plan cache keeps one plan
         ON CONFLICT ON CONSTRAINT deadlines_pkey DO UPDATE SET lease = excluded.lease, deadline = excluded.deadline
@@ -341,3 +348,110 @@ COMMENT ON FUNCTION jobq.claim(text, integer, text, interval) IS
     'Claim up to n runnable jobs of a queue for worker (FOR NO KEY UPDATE SKIP LOCKED), each under a new lease that expires lease_timeout (default: the queue''s, else 60 s) from now; returns them running. A paused queue gives none.';
 REVOKE ALL ON FUNCTION jobq.claim(text, integer, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.claim(text, integer, text, interval) TO @extowner@;
+
+/*
+ * jobq.claim_any(queues, n, worker, lease_timeout): up to n runnable jobs
+ * of any of queues, running under new leases, as jobq.claim hands them out
+ * (each queue's pause, settings and limits apply), in claim order across
+ * the queues: priority desc, run_at, id.  First it looks, without locking,
+ * for the n best runnable jobs across the queues that are not paused, then
+ * claims from each queue, in name order, as many as it has among those
+ * (jobq.claim); when a queue gives fewer (its limits, or jobs another
+ * worker took meanwhile), a second pass asks the other queues for the
+ * rest.  So it may return fewer than n while more are runnable,
+ * never more.  Locks what jobq.claim locks, queue by queue in name order
+ * (so two such claims take the gates of queues with limits in the same
+ * order).  Raises 22004 (NULL queues), 22023 (queues empty,
+ * multidimensional, over 100 names, or holding a NULL or a bad name), and
+ * what jobq.claim raises.
+ */
+CREATE FUNCTION jobq.claim_any(queues text[], n integer, worker text, lease_timeout interval DEFAULT NULL)
+RETURNS SETOF jobq.jobs
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 10
+-- SECURITY DEFINER: workers claim without privileges on jobq.jobs.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    names   text[];
+    shares  integer[];
+    got     jobq.jobs[] := '{}'::jobq.jobs[];
+    one     text;
+    bad     bigint;
+BEGIN
+    IF claim_any.queues IS NULL THEN
+        RAISE EXCEPTION 'queues must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF array_ndims(claim_any.queues) > 1 THEN
+        RAISE EXCEPTION 'queues must be a one-dimensional array, got % dimensions', array_ndims(claim_any.queues)
+            USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(claim_any.queues) NOT BETWEEN 1 AND 100 THEN
+        RAISE EXCEPTION 'queues must name 1 to 100 queues, got %', cardinality(claim_any.queues)
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT q.position INTO bad
+      FROM unnest(claim_any.queues) WITH ORDINALITY AS q(queue, position)
+     WHERE q.queue IS NULL OR q.queue !~ '^[a-z0-9_]{1,58}$'
+     ORDER BY q.position
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'queues[%] must be 1 to 58 characters of a-z, 0-9 and _, got %', bad,
+                        quote_nullable(left(claim_any.queues[bad], 80))
+            USING ERRCODE = '22023';
+    END IF;
+    names := ARRAY(SELECT DISTINCT q FROM unnest(claim_any.queues) AS q ORDER BY q);
+    IF cardinality(names) = 1 THEN
+        RETURN QUERY SELECT c.* FROM jobq.claim(names[1], claim_any.n, claim_any.worker, claim_any.lease_timeout) AS c;
+        RETURN;
+    END IF;
+    IF claim_any.n IS NULL OR claim_any.n NOT BETWEEN 1 AND 1000 THEN
+        -- jobq.claim names the fault
+        RETURN QUERY SELECT c.* FROM jobq.claim(names[1], claim_any.n, claim_any.worker, claim_any.lease_timeout) AS c;
+        RETURN;
+    END IF;
+
+    -- each queue's share of the n best runnable jobs across them
+    shares := ARRAY(
+        SELECT count(b.queue) FILTER (WHERE b.queue IS NOT NULL)::integer
+          FROM unnest(names) WITH ORDINALITY AS q(queue, position)
+          LEFT JOIN (SELECT c.queue
+                       FROM unnest(names) AS q(queue)
+                      CROSS JOIN LATERAL (
+                            SELECT p.queue, p.priority, p.run_at, p.id
+                              FROM jobq.jobs AS p
+                             WHERE p.queue = q.queue
+                               AND p.status = 'queued'
+                               AND p.run_at <= statement_timestamp()
+                             ORDER BY p.priority DESC, p.run_at, p.id
+                             LIMIT claim_any.n) AS c
+                      WHERE NOT EXISTS (SELECT FROM jobq.queue_settings AS s WHERE s.queue = q.queue AND s.paused)
+                      ORDER BY c.priority DESC, c.run_at, c.id
+                      LIMIT claim_any.n) AS b ON b.queue = q.queue
+         GROUP BY q.position
+         ORDER BY q.position);
+
+    -- first pass: each queue its share; second: what is left, to the queues
+    -- that gave all they were asked for
+    FOR i IN 1 .. cardinality(names) LOOP
+        CONTINUE WHEN shares[i] = 0;
+        one := names[i];
+        got := got || ARRAY(SELECT c FROM jobq.claim(one, shares[i], claim_any.worker, claim_any.lease_timeout) AS c);
+    END LOOP;
+    IF cardinality(got) < claim_any.n THEN
+        FOR i IN 1 .. cardinality(names) LOOP
+            EXIT WHEN cardinality(got) >= claim_any.n;
+            one := names[i];
+            CONTINUE WHEN shares[i] > 0
+                      AND (SELECT count(*) FROM unnest(got) AS g WHERE g.queue = one) < shares[i];
+            got := got || ARRAY(SELECT c FROM jobq.claim(one, claim_any.n - cardinality(got), claim_any.worker,
+                                                        claim_any.lease_timeout) AS c);
+        END LOOP;
+    END IF;
+    RETURN QUERY SELECT g.* FROM unnest(got) AS g ORDER BY g.priority DESC, g.run_at, g.id;
+END
+$$;
+COMMENT ON FUNCTION jobq.claim_any(text[], integer, text, interval) IS
+    'Claim up to n runnable jobs from several queues at once, best first across them (priority desc, run_at, id), each queue''s pause and limits applied; returns them running.';
+REVOKE ALL ON FUNCTION jobq.claim_any(text[], integer, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.claim_any(text[], integer, text, interval) TO @extowner@;

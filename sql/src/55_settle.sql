@@ -56,8 +56,11 @@ BEGIN
                    AND (j.status = 'running') IS TRUE
                 RETURNING j.*
             )
-            -- every row passes; a watched one notifies "jobq.done" on its way
-            SELECT d.* FROM acknowledged AS d WHERE d.control & 2 = 0 OR jobq._notify_finished(d.id);
+            -- every row passes; a watched one notifies "jobq.done" on its way, and
+            -- one with a concurrency key or dependents settles them (45_flow.sql)
+            SELECT d.* FROM acknowledged AS d
+             WHERE (d.control & 2 = 0 OR jobq._notify_finished(d.id))
+               AND (d.control & 24 = 0 OR jobq._finish_linked(d.id, 'done', d.control));
             GET DIAGNOSTICS also = ROW_COUNT;
             marked := marked + also;
         END IF;
@@ -85,7 +88,10 @@ BEGIN
              ORDER BY d.id, r.position
             ON CONFLICT ON CONSTRAINT results_pkey DO UPDATE SET result = excluded.result
         )
-        SELECT d.* FROM acknowledged AS d WHERE d.control IS NULL OR d.control & 2 = 0 OR jobq._notify_finished(d.id);
+        SELECT d.* FROM acknowledged AS d
+         WHERE d.control IS NULL
+            OR ((d.control & 2 = 0 OR jobq._notify_finished(d.id))
+                AND (d.control & 24 = 0 OR jobq._finish_linked(d.id, 'done', d.control)));
         GET DIAGNOSTICS marked = ROW_COUNT;
     END IF;
     IF marked < cardinality(_acknowledge.ids) THEN
@@ -163,6 +169,9 @@ BEGIN
         END IF;
         IF control & 2 <> 0 THEN  -- watched
             PERFORM jobq._notify_finished(complete.id);
+        END IF;
+        IF control & 24 <> 0 THEN  -- a concurrency key, or dependents (45_flow.sql)
+            PERFORM jobq._finish_linked(complete.id, 'done', control);
         END IF;
         RETURN;
     END IF;
@@ -311,6 +320,9 @@ BEGIN
     IF failed_job.control & 2 <> 0 AND failed_job.status <> 'queued' THEN  -- watched, and finished
         PERFORM jobq._notify_finished(fail.id);
     END IF;
+    IF failed_job.control & 24 <> 0 AND failed_job.status <> 'queued' THEN  -- a key or dependents, and finished
+        PERFORM jobq._finish_linked(fail.id, failed_job.status, failed_job.control);
+    END IF;
     RETURN failed_job;
 END
 $$;
@@ -339,6 +351,7 @@ DECLARE
     new_status text;
     new_run_at timestamptz;
     watched    boolean;
+    bits       smallint;
 BEGIN
     PERFORM jobq._check_lease(snooze.id, snooze.lease);
     IF snooze.delay IS NULL THEN
@@ -354,12 +367,15 @@ BEGIN
            attempts    = CASE WHEN j.control & 1 <> 0 THEN j.attempts ELSE j.attempts - 1 END,
            finished_at = CASE WHEN j.control & 1 <> 0 THEN statement_timestamp() END
      WHERE j.id = snooze.id AND j.lease = snooze.lease AND j.status = 'running'
-    RETURNING j.status, j.run_at, j.control & 2 <> 0 INTO new_status, new_run_at, watched;
+    RETURNING j.status, j.run_at, j.control & 2 <> 0, j.control INTO new_status, new_run_at, watched, bits;
     IF NOT FOUND THEN
         PERFORM jobq._raise_not_held(snooze.id, snooze.lease);
     END IF;
     IF watched AND new_status = 'cancelled' THEN
         PERFORM jobq._notify_finished(snooze.id);
+    END IF;
+    IF bits & 24 <> 0 AND new_status = 'cancelled' THEN
+        PERFORM jobq._finish_linked(snooze.id, new_status, bits);
     END IF;
     RETURN CASE WHEN new_status = 'queued' THEN new_run_at END;
 END
@@ -529,6 +545,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     cancelled_watched boolean;
+    bits              smallint;
+    new_status        text;
 BEGIN
     PERFORM jobq._check_lease(release.id, release.lease);
     UPDATE jobq.jobs AS j
@@ -536,12 +554,15 @@ BEGIN
            attempts    = CASE WHEN j.control & 1 <> 0 THEN j.attempts ELSE j.attempts - 1 END,
            finished_at = CASE WHEN j.control & 1 <> 0 THEN statement_timestamp() END
      WHERE j.id = release.id AND j.lease = release.lease AND j.status = 'running'
-    RETURNING j.control & 3 = 3 INTO cancelled_watched;
+    RETURNING j.control & 3 = 3, j.control, j.status INTO cancelled_watched, bits, new_status;
     IF NOT FOUND THEN
         PERFORM jobq._raise_not_held(release.id, release.lease);
     END IF;
     IF cancelled_watched THEN
         PERFORM jobq._notify_finished(release.id);
+    END IF;
+    IF bits & 24 <> 0 AND new_status = 'cancelled' THEN
+        PERFORM jobq._finish_linked(release.id, new_status, bits);
     END IF;
 END
 $$;

@@ -60,9 +60,12 @@ BEGIN
          WHERE j.id = expired.id
         RETURNING j.*
     )
-    -- every row passes; a watched one that finished notifies "jobq.done" on its way
+    -- every row passes; a watched one that finished notifies "jobq.done" on its
+    -- way, and one with a concurrency key or dependents settles them
     SELECT r.* FROM reaped AS r
-     WHERE r.status = 'queued' OR r.control IS NULL OR r.control & 2 = 0 OR jobq._notify_finished(r.id)
+     WHERE r.status = 'queued' OR r.control IS NULL
+        OR ((r.control & 2 = 0 OR jobq._notify_finished(r.id))
+            AND (r.control & 24 = 0 OR jobq._finish_linked(r.id, r.status, r.control)))
      ORDER BY r.id;
 END
 $$;
@@ -147,7 +150,8 @@ GRANT EXECUTE ON FUNCTION jobq.retry_failed(text, bigint[]) TO @extowner@;
  * jobq.purge(older_than, max_rows): the number of jobs deleted: done and
  * cancelled jobs (and failed ones too when include_failed) that finished more than
  * older_than ago, at most max_rows of them, so a large backlog can be purged
- * in short transactions, with their results, deadlines and keys.
+ * in short transactions, with their results, deadlines, keys and
+ * dependency rows.
  * Skips rows locked by others.  Raises 22004 (NULL
  * argument), 22023 (older_than negative, max_rows outside 1..1000000).
  */
@@ -187,7 +191,7 @@ BEGIN
            FOR UPDATE SKIP LOCKED
     ), gone AS (
         DELETE FROM jobq.jobs AS j USING doomed WHERE j.id = doomed.id
-        RETURNING j.id
+        RETURNING j.id, j.control
     ), keys AS (
         -- the keys these jobs held: free now
         DELETE FROM jobq.unique_keys AS k USING gone AS g WHERE k.job_id = g.id
@@ -195,6 +199,12 @@ BEGIN
         DELETE FROM jobq.results AS r USING gone AS g WHERE r.id = g.id
     ), deadlines AS (
         DELETE FROM jobq.deadlines AS d USING gone AS g WHERE d.id = g.id
+    ), concurrency_keys AS (
+        DELETE FROM jobq.concurrency_keys AS k USING gone AS g WHERE k.id = g.id AND g.control & 16 <> 0
+    ), parents AS (
+        DELETE FROM jobq.job_deps AS d USING gone AS g WHERE d.child = g.id AND g.control & 32 <> 0
+    ), waits AS (
+        DELETE FROM jobq.job_waits AS w USING gone AS g WHERE w.id = g.id AND g.control & 32 <> 0
     )
     SELECT count(*) INTO deleted FROM gone;
     RETURN deleted;
@@ -208,12 +218,13 @@ GRANT EXECUTE ON FUNCTION jobq.purge(interval, integer, boolean) TO @extowner@;
 /*
  * jobq.stats(): one row per queue: how many jobs are queued (of which
  * runnable now), running, done and failed, how long the oldest runnable
- * queued job has been waiting, and how many jobs are cancelled.  Reads the
- * whole table; takes no row locks.
+ * queued job has been waiting, how many jobs are cancelled, and how many
+ * wait for parent jobs (waiting).  Reads the whole table; takes no row
+ * locks.
  */
 CREATE FUNCTION jobq.stats()
 RETURNS TABLE (queue text, queued bigint, runnable bigint, running bigint, done bigint,
-               failed bigint, oldest_queued_age interval, cancelled bigint)
+               failed bigint, oldest_queued_age interval, cancelled bigint, waiting bigint)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -225,13 +236,14 @@ AS $$
            count(*) FILTER (WHERE j.status = 'failed'),
            statement_timestamp() - min(j.run_at) FILTER (WHERE j.status = 'queued'
                                                          AND j.run_at <= statement_timestamp()),
-           count(*) FILTER (WHERE j.status = 'cancelled')
+           count(*) FILTER (WHERE j.status = 'cancelled'),
+           count(*) FILTER (WHERE j.status = 'waiting')
       FROM jobq.jobs AS j
      GROUP BY j.queue
      ORDER BY j.queue
 $$;
 COMMENT ON FUNCTION jobq.stats() IS
-    'Per queue: counts of queued (and runnable now), running, done and failed jobs, the wait of the oldest runnable job, and the count of cancelled jobs.';
+    'Per queue: counts of queued (and runnable now), running, done and failed jobs, the wait of the oldest runnable job, and the counts of cancelled and waiting jobs.';
 REVOKE ALL ON FUNCTION jobq.stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.stats() TO @extowner@;
 

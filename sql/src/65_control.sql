@@ -8,7 +8,7 @@
 
 /*
  * jobq.cancel(ids, force): one row per known id, by id, with its status
- * after the call: 'cancelled' (it was queued, scheduled or already
+ * after the call: 'cancelled' (it was queued, scheduled, waiting or already
  * cancelled, or running and force is true: its lease is refused from now
  * on), 'cancel_requested' (running: its worker is asked to stop, through a
  * notification on jobq_<queue> with the payload cancel:<id>,... and through
@@ -29,6 +29,7 @@ DECLARE
     queues    text[];
     were      text[];  -- each job's status before
     statuses  text[];  -- and after
+    linked    record;
 BEGIN
     IF cancel.ids IS NULL THEN
         RAISE EXCEPTION 'ids must not be NULL' USING ERRCODE = '22004';
@@ -54,13 +55,13 @@ BEGIN
            FOR NO KEY UPDATE
     ), changed AS (
         UPDATE jobq.jobs AS j
-           SET status              = CASE WHEN t.was = 'queued' OR cancel.force THEN 'cancelled' ELSE j.status END,
-               finished_at         = CASE WHEN t.was = 'queued' OR cancel.force THEN statement_timestamp()
+           SET status              = CASE WHEN t.was <> 'running' OR cancel.force THEN 'cancelled' ELSE j.status END,
+               finished_at         = CASE WHEN t.was <> 'running' OR cancel.force THEN statement_timestamp()
                                           ELSE j.finished_at END,
                control             = CASE WHEN t.was = 'running' THEN coalesce(j.control, 0) | 1  -- cancel requested
                                           ELSE j.control END
           FROM target AS t
-         WHERE j.id = t.id AND t.was = ANY (ARRAY['queued', 'running'])
+         WHERE j.id = t.id AND t.was = ANY (ARRAY['queued', 'waiting', 'running'])
         RETURNING j.id, j.queue, j.status,
                   j.control & 2 <> 0 AND j.status = 'cancelled' AND jobq._notify_finished(j.id) AS notified
     )
@@ -69,6 +70,17 @@ BEGIN
       INTO known_ids, queues, were, statuses
       FROM target AS t
       LEFT JOIN changed AS c ON c.id = t.id;
+
+    -- the cancelled ones with a concurrency key, dependents or parents: their
+    -- bookkeeping (45_flow.sql), after the statement that cancelled them all
+    FOR linked IN
+        SELECT j.id, j.control FROM jobq.jobs AS j
+         WHERE j.id = ANY (known_ids) AND j.status = 'cancelled' AND j.control & 56 <> 0
+           AND NOT (were[array_position(known_ids, j.id)] = 'cancelled')
+         ORDER BY j.id
+    LOOP
+        PERFORM jobq._finish_linked(linked.id, 'cancelled', linked.control);
+    END LOOP;
 
     -- tell the workers of the running ones, 500 ids per notification (under
     -- the 8,000-byte limit of a payload)
@@ -101,7 +113,8 @@ CREATE TYPE jobq.job_state AS (
     run_at           timestamptz,
     created_at       timestamptz,
     finished_at      timestamptz,
-    cancel_requested boolean
+    cancel_requested boolean,
+    depends_on       bigint[]
 );
 COMMENT ON TYPE jobq.job_state IS
     'A job''s public state, as jobq.job, jobq.wait and jobq.watch return it (max_attempts with the queue''s default filled in).';
@@ -126,9 +139,12 @@ BEGIN
         RAISE EXCEPTION 'id must not be NULL' USING ERRCODE = '22004';
     END IF;
     SELECT j.id, j.queue, j.status, j.attempts, coalesce(j.max_attempts, s.max_attempts, 3), r.result,
-           j.last_error, j.run_at, j.created_at, j.finished_at, coalesce(j.control & 1 <> 0, false)
+           j.last_error, j.run_at, j.created_at, j.finished_at, coalesce(j.control & 1 <> 0, false),
+           CASE WHEN j.control & 32 <> 0
+                THEN ARRAY(SELECT d.parent FROM jobq.job_deps AS d WHERE d.child = j.id ORDER BY d.parent) END
       INTO state.id, state.queue, state.status, state.attempts, state.max_attempts, state.result,
-           state.last_error, state.run_at, state.created_at, state.finished_at, state.cancel_requested
+           state.last_error, state.run_at, state.created_at, state.finished_at, state.cancel_requested,
+           state.depends_on
       FROM jobq.jobs AS j
       LEFT JOIN jobq.queue_settings AS s ON s.queue = j.queue
       LEFT JOIN jobq.results AS r ON r.id = j.id
@@ -141,7 +157,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.job(bigint) IS
-    'A job''s public state: queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at, cancel_requested (not its payload). JQ002: no such job.';
+    'A job''s public state: queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at, cancel_requested, depends_on (its parents; not its payload). JQ002: no such job.';
 REVOKE ALL ON FUNCTION jobq.job(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.job(bigint) TO @extowner@;
 

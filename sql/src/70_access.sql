@@ -4,16 +4,20 @@
 -- the extension's owner (and superusers): these helpers run with the
 -- caller's rights and are granted to nobody else.
 --
--- - producer: jobq.enqueue, jobq.enqueue_many;
--- - worker:   jobq.claim, complete, complete_many, complete_and_claim, fail,
+-- - producer: jobq.enqueue, jobq.enqueue_many, jobq.enqueue_flow;
+-- - worker:   jobq.claim, claim_any, complete, complete_many, complete_and_claim, fail,
 --             snooze, heartbeat, heartbeat_many, heartbeat_status, release,
---             wait (the registration), and reap (it recovers only jobs whose
---             lease expired);
+--             wait (the registration), reap (it recovers only jobs whose
+--             lease expired) and tick (it enqueues the schedules' due
+--             occurrences);
 -- - admin:    both, and jobq.retry_failed, purge, stats, cancel, pause,
---             resume, configure_queue, the views jobq.health and jobq.queues,
+--             resume, configure_queue, schedule, unschedule, the views
+--             jobq.health, jobq.queues and jobq.schedules,
 --             SELECT, INSERT, UPDATE, DELETE on jobq.jobs (USAGE on its
---             sequence), jobq.queue_settings, jobq.unique_keys and
---             jobq.results, and the internal helpers those need;
+--             sequence), jobq.queue_settings, jobq.unique_keys,
+--             jobq.results, jobq.deadlines, jobq.queue_gates,
+--             jobq.concurrency_keys, jobq.job_deps, jobq.job_waits and
+--             jobq.schedule_settings, and the internal helpers those need;
 -- - observer: jobq.job, wait (for a job) and watch, which show any job's
 --             state and result: part of the worker and admin levels, and
 --             of the producer level only when asked (grant_producer(role,
@@ -35,14 +39,16 @@ BEGIN
     -- one branch per level, so that planning one never plans the others
     IF _level_functions.level = 'producer' THEN
         RETURN ARRAY[
-                'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb)',
-                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb)',
+                'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text)',
+                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[])',
+                'jobq.enqueue_flow(text, jsonb)',
                 'jobq.channel(text)',
                 'jobq.version()',
                 'jobq._check_queue(text)']::regprocedure[];
     ELSIF _level_functions.level = 'worker' THEN
         RETURN ARRAY[
                 'jobq.claim(text, integer, text, interval)',
+                'jobq.claim_any(text[], integer, text, interval)',
                 'jobq.complete(bigint, bigint, jsonb)',
                 'jobq.complete_many(bigint[], bigint[], jsonb[])',
                 'jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval, jsonb[])',
@@ -53,6 +59,7 @@ BEGIN
                 'jobq.heartbeat_status(bigint[], bigint[])',
                 'jobq.release(bigint, bigint)',
                 'jobq.reap(interval)',
+                'jobq.tick()',
                 'jobq.wait(text, text, interval)',
                 'jobq.job(bigint)',
                 'jobq.wait(bigint, interval)',
@@ -79,9 +86,23 @@ BEGIN
                                      'jobq.cancel(bigint[], boolean)',
                                      'jobq.pause(text)',
                                      'jobq.resume(text)',
-                                     'jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[])',
+                                     'jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval)',
                                      'jobq._queues()',
                                      'jobq._notify_finished(bigint)',
+                                     'jobq._finish_linked(bigint, text, smallint)',
+                                     'jobq._settle_dependents(bigint, text)',
+                                     'jobq.schedule(text, text, jsonb, text, text, interval, integer, integer, jsonb, text)',
+                                     'jobq.unschedule(text)',
+                                     'jobq._schedule_next(text, text, interval, timestamptz)',
+                                     'jobq._every_next(interval, timestamptz)',
+                                     'jobq._cron_parse(text)',
+                                     'jobq._cron_field(text, text, integer)',
+                                     'jobq._cron_walk(jobq._cron, text, timestamptz)',
+                                     'jobq._cron_day(jobq._cron, date)',
+                                     'jobq._cron_time(jobq._cron, integer)',
+                                     'jobq._check_timezone(text, boolean)',
+                                     'jobq._cancel_occurrences(text, text)',
+                                     'jobq._check_job_options(text, text, text, jsonb)',
                                      'jobq._check_payload(jsonb, text)',
                                      'jobq._check_options(integer, timestamptz, integer)',
                                      'jobq._check_lease(bigint, bigint)',
@@ -132,8 +153,9 @@ GRANT EXECUTE ON FUNCTION jobq._grantee(regrole) TO @extowner@;
  * jobq._grant_level(role, level): returns nothing.  Grants role USAGE on the
  * schema, EXECUTE on jobq._level_functions(level) and, for admin, table
  * privileges on jobq.jobs, its sequence, jobq.queue_settings,
- * jobq.unique_keys, jobq.results and jobq.deadlines, and SELECT
- * on the views jobq.health and jobq.queues.  Runs with the caller's rights.
+ * jobq.unique_keys, jobq.results, jobq.deadlines and the tables of limits,
+ * dependencies and schedules, and SELECT on the views jobq.health,
+ * jobq.queues and jobq.schedules.  Runs with the caller's rights.
  * Raises like jobq._grantee, and 22023 for an unknown level.
  */
 CREATE FUNCTION jobq._grant_level(role regrole, level text)
@@ -159,8 +181,9 @@ BEGIN
         EXECUTE format('GRANT USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq TO %I', grantee);
         EXECUTE format('GRANT SELECT ON TABLE jobq.health TO %I', grantee);
         EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings, jobq.unique_keys,'
-                       ' jobq.results, jobq.deadlines TO %I', grantee);
-        EXECUTE format('GRANT SELECT ON TABLE jobq.queues TO %I', grantee);
+                       ' jobq.results, jobq.deadlines, jobq.queue_gates, jobq.concurrency_keys, jobq.job_deps,'
+                       ' jobq.job_waits, jobq.schedule_settings TO %I', grantee);
+        EXECUTE format('GRANT SELECT ON TABLE jobq.queues, jobq.schedules TO %I', grantee);
     END IF;
 END
 $$;
@@ -192,7 +215,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.grant_producer(regrole, boolean) IS
-    'Let role enqueue jobs (jobq.enqueue, jobq.enqueue_many), and with see_jobs look any job up (jobq.job, wait, watch); no access to the jobs table. Owner or superuser only.';
+    'Let role enqueue jobs (jobq.enqueue, jobq.enqueue_many, jobq.enqueue_flow), and with see_jobs look any job up (jobq.job, wait, watch); no access to the jobs table. Owner or superuser only.';
 REVOKE ALL ON FUNCTION jobq.grant_producer(regrole, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.grant_producer(regrole, boolean) TO @extowner@;
 
@@ -202,7 +225,7 @@ LANGUAGE sql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT jobq._grant_level(grant_worker.role, 'worker') $$;
 COMMENT ON FUNCTION jobq.grant_worker(regrole) IS
-    'Let role work jobs (claim, heartbeat, complete, fail, snooze, release and their batch forms), recover expired leases (reap) and look jobs up (job, wait, watch); no access to the jobs table. Owner or superuser only.';
+    'Let role work jobs (claim, claim_any, heartbeat, complete, fail, snooze, release and their batch forms), recover expired leases (reap), advance schedules (tick) and look jobs up (job, wait, watch); no access to the jobs table. Owner or superuser only.';
 REVOKE ALL ON FUNCTION jobq.grant_worker(regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.grant_worker(regrole) TO @extowner@;
 
@@ -212,7 +235,7 @@ LANGUAGE sql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT jobq._grant_level(grant_admin.role, 'admin') $$;
 COMMENT ON FUNCTION jobq.grant_admin(regrole) IS
-    'Let role do everything with the queue: every function, retry_failed, purge, stats, cancel, pause, resume, configure_queue, jobq.health, jobq.queues, and read and write jobq.jobs, jobq.queue_settings, jobq.unique_keys, jobq.results and jobq.deadlines. Owner or superuser only.';
+    'Let role do everything with the queue: every function, retry_failed, purge, stats, cancel, pause, resume, configure_queue, schedule, unschedule, jobq.health, jobq.queues, jobq.schedules, and read and write jobq.jobs, jobq.queue_settings, jobq.unique_keys, jobq.results, jobq.deadlines and the tables of limits and dependencies. Owner or superuser only.';
 REVOKE ALL ON FUNCTION jobq.grant_admin(regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.grant_admin(regrole) TO @extowner@;
 
@@ -238,8 +261,9 @@ BEGIN
     EXECUTE format('REVOKE USAGE, SELECT ON SEQUENCE jobq.jobs_id_seq FROM %I', grantee);
     EXECUTE format('REVOKE SELECT ON TABLE jobq.health FROM %I', grantee);
     EXECUTE format('REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings, jobq.unique_keys,'
-                   ' jobq.results, jobq.deadlines FROM %I', grantee);
-    EXECUTE format('REVOKE SELECT ON TABLE jobq.queues FROM %I', grantee);
+                   ' jobq.results, jobq.deadlines, jobq.queue_gates, jobq.concurrency_keys, jobq.job_deps,'
+                   ' jobq.job_waits, jobq.schedule_settings FROM %I', grantee);
+    EXECUTE format('REVOKE SELECT ON TABLE jobq.queues, jobq.schedules FROM %I', grantee);
 END
 $$;
 COMMENT ON FUNCTION jobq.revoke_all(regrole) IS

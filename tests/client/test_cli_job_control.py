@@ -237,6 +237,8 @@ def test_configure_queue_sets_what_it_is_given_and_prints_every_setting(dsn: str
     assert json.loads(result.stdout) == {
         "queue": "emails", "paused": False, "max_attempts": 5, "backoff_base": 2.0, "backoff_max": 300.0,
         "backoff_jitter": 0.0, "lease_timeout": 60.0, "timeout": 600.0, "configured": True,
+        "concurrency": None, "key_concurrency": None, "key_order": "priority", "rate_limit": None,
+        "rate_interval": None,
     }  # fmt: skip
 
 

@@ -129,11 +129,15 @@ def test_the_data_tables_and_the_id_sequence_are_marked_for_pg_dump(db: Db) -> N
     config = scalar(db, "SELECT extconfig::regclass[]::text[] FROM pg_extension WHERE extname = 'pgjobq'")
 
     assert sorted(config) == [
+        "jobq.concurrency_keys",
         "jobq.deadlines",
+        "jobq.job_deps",
+        "jobq.job_waits",
         "jobq.jobs",
         "jobq.jobs_id_seq",
         "jobq.queue_settings",
         "jobq.results",
+        "jobq.schedule_settings",
         "jobq.unique_keys",
     ]
 
@@ -226,7 +230,8 @@ def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server
                 """
                 SELECT r.rolname,
                        has_function_privilege(r.oid, 'jobq.enqueue_many(text, jsonb[], integer, timestamptz,'
-                                              ' integer, text[], text, text, jsonb)', 'EXECUTE') AS enqueue,
+                                              ' integer, text[], text, text, jsonb, text[])',
+                                              'EXECUTE') AS enqueue,
                        has_function_privilege(r.oid, 'jobq.claim(text, integer, text, interval)',
                                               'EXECUTE') AS claim
                   FROM pg_roles AS r WHERE r.rolname IN (%s, %s) ORDER BY r.rolname = %s DESC
@@ -243,7 +248,11 @@ def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server
 LEVEL_PRIVILEGES = """
     SELECT r.rolname,
            has_function_privilege(r.oid, 'jobq.enqueue(text, jsonb, integer, timestamptz, integer,'
-                                         ' text, text, text, jsonb)', 'EXECUTE') AS enqueue,
+                                         ' text, text, text, jsonb, text, bigint[], text)', 'EXECUTE')
+               AS enqueue,
+           has_function_privilege(r.oid, 'jobq.enqueue_flow(text, jsonb)', 'EXECUTE') AS enqueue_flow,
+           has_function_privilege(r.oid, 'jobq.claim_any(text[], integer, text, interval)', 'EXECUTE')
+               AS claim_any,
            has_function_privilege(r.oid, 'jobq.job(bigint)', 'EXECUTE') AS job,
            has_function_privilege(r.oid, 'jobq.claim(text, integer, text, interval)', 'EXECUTE') AS claim,
            has_function_privilege(r.oid, 'jobq.complete_and_claim(bigint[], bigint[], text, integer, text,'
@@ -272,6 +281,8 @@ def test_after_an_upgrade_by_a_superuser_pg_dump_and_restore_keep_the_levels_gra
 
     producing = {
         "enqueue": True,
+        "enqueue_flow": True,
+        "claim_any": False,
         "job": False,  # looking jobs up by id: only with grant_producer(role, see_jobs => true)
         "claim": False,
         "complete_and_claim": False,
@@ -281,6 +292,8 @@ def test_after_an_upgrade_by_a_superuser_pg_dump_and_restore_keep_the_levels_gra
     }
     working = {
         "enqueue": False,
+        "enqueue_flow": False,
+        "claim_any": True,
         "job": True,
         "claim": True,
         "complete_and_claim": True,

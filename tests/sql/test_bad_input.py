@@ -931,6 +931,11 @@ CONFIGURE_BAD_VALUES: dict[str, list[Any]] = {
     "backoff_jitter": [-0.1, 1.5, float("nan"), float("inf")],
     "lease_timeout": ["0 s", "-1 s", "1 day 1 s", "1 month -30 days"],
     "timeout": ["0 s", "-1 s", "30 days 1 s"],
+    "concurrency": [0, -1, 100001],
+    "key_concurrency": [0, 100001],
+    "key_order": ["fifo", "", "PRIORITY"],
+    "rate_limit": [0, -5, 10001],
+    "rate_interval": ["0 s", "-1 s", "1 day 1 s"],
 }
 CONFIGURE_CASES = [
     case(
@@ -989,6 +994,184 @@ CONFIGURE_CASES = [
     ),
 ]
 
+# 0.7.0: concurrency keys, dependencies, flows, several queues at once, a rate window without a limit
+FLOW_CONTROL_CASES = [
+    case(
+        "configure-rate-interval-without-rate-limit",
+        "SELECT * FROM jobq.configure_queue('emails', rate_interval => '1 hour')",
+        "22023",
+        "rate_interval",
+    ),
+    case(
+        "enqueue-empty-concurrency-key",
+        "SELECT jobq.enqueue('default', '{}', concurrency_key => '')",
+        "22023",
+        "concurrency_key",
+    ),
+    case(
+        "enqueue-513-character-concurrency-key",
+        "SELECT jobq.enqueue('default', '{}', concurrency_key => %s)",
+        "22023",
+        "concurrency_key",
+        "k" * 513,
+    ),
+    case(
+        "enqueue-two-dimensional-depends-on",
+        "SELECT jobq.enqueue('default', '{}', depends_on => ARRAY[[1, 2]])",
+        "22023",
+        "depends_on",
+    ),
+    case(
+        "enqueue-depends-on-holding-null",
+        "SELECT jobq.enqueue('default', '{}', depends_on => ARRAY[%s, NULL])",
+        "22023",
+        "depends_on[2]",
+        id_of("done"),
+    ),
+    case(
+        "enqueue-depends-on-an-unknown-job",
+        "SELECT jobq.enqueue('default', '{}', depends_on => ARRAY[%s, %s])",
+        "JQ002",
+        "depends_on",
+        id_of("queued_1"),
+        UNKNOWN_ID,
+    ),
+    case(
+        "enqueue-depends-on-1001-jobs",
+        "SELECT jobq.enqueue('default', '{}', depends_on => array_fill(%s::bigint, ARRAY[1001]))",
+        "22023",
+        "depends_on",
+        id_of("done"),
+    ),
+    case(
+        "enqueue-depends-on-with-a-unique-key",
+        "SELECT jobq.enqueue('default', '{}', depends_on => ARRAY[%s], unique_key => 'k')",
+        "22023",
+        "depends_on",
+        id_of("queued_1"),
+    ),
+    case(
+        "enqueue-null-on-parent-failure",
+        "SELECT jobq.enqueue('default', '{}', depends_on => ARRAY[%s], on_parent_failure => NULL)",
+        "22004",
+        "on_parent_failure",
+        id_of("queued_1"),
+    ),
+    case(
+        "enqueue-unknown-on-parent-failure",
+        "SELECT jobq.enqueue('default', '{}', on_parent_failure => 'ignore')",
+        "22023",
+        "on_parent_failure",
+    ),
+    case(
+        "enqueue-many-two-dimensional-concurrency-keys",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}', '{}']::jsonb[],"
+        " concurrency_keys => ARRAY[['a', 'b']])",
+        "22023",
+        "concurrency_keys",
+    ),
+    case(
+        "enqueue-many-concurrency-keys-of-another-length",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}', '{}']::jsonb[], concurrency_keys => ARRAY['a'])",
+        "22023",
+        "concurrency_keys",
+    ),
+    case(
+        "enqueue-many-empty-concurrency-key",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}', '{}']::jsonb[], concurrency_keys => ARRAY['a', ''])",
+        "22023",
+        "concurrency_keys[2]",
+    ),
+    case("flow-null-queue", "SELECT jobq.enqueue_flow(NULL, '[{\"payload\": {}}]')", "22004", "queue"),
+    case(
+        "flow-quote-injection-queue",
+        "SELECT jobq.enqueue_flow(%s, '[{\"payload\": {}}]')",
+        "22023",
+        "queue",
+        BAD_QUEUE_NAMES["quote-injection"],
+    ),
+    case("flow-null-steps", "SELECT jobq.enqueue_flow('default', NULL)", "22004", "steps"),
+    case(
+        "flow-steps-an-object", "SELECT jobq.enqueue_flow('default', '{\"payload\": {}}')", "22023", "steps"
+    ),
+    case("flow-no-steps", "SELECT jobq.enqueue_flow('default', '[]')", "22023", "steps"),
+    case("flow-a-step-not-an-object", "SELECT jobq.enqueue_flow('default', '[1]')", "22023", "steps[0]"),
+    case(
+        "flow-a-step-with-an-unknown-key",
+        "SELECT jobq.enqueue_flow('default', '[{\"payload\": {}, \"retries\": 3}]')",
+        "22023",
+        "steps[0]",
+    ),
+    case(
+        "flow-a-step-without-payload",
+        "SELECT jobq.enqueue_flow('default', '[{\"name\": \"a\"}]')",
+        "22004",
+        "steps[0]",
+    ),
+    case(
+        "flow-a-priority-of-the-wrong-type",
+        'SELECT jobq.enqueue_flow(\'default\', \'[{"payload": {}, "priority": "high"}]\')',
+        "22023",
+        "steps[0].priority",
+    ),
+    case(
+        "flow-a-priority-out-of-range",
+        'SELECT jobq.enqueue_flow(\'default\', \'[{"payload": {}}, {"payload": {}, "priority": 99999}]\')',
+        "22023",
+        "steps[1]",
+    ),
+    case(
+        "flow-a-repeated-name",
+        "SELECT jobq.enqueue_flow('default',"
+        ' \'[{"name": "a", "payload": {}}, {"name": "a", "payload": {}}]\')',
+        "22023",
+        "steps[1].name",
+    ),
+    case(
+        "flow-a-dependency-on-a-later-step",
+        "SELECT jobq.enqueue_flow('default',"
+        ' \'[{"payload": {}, "depends_on": ["b"]}, {"name": "b", "payload": {}}]\')',
+        "22023",
+        "steps[0].depends_on",
+    ),
+    case(
+        "flow-a-dependency-on-an-unknown-job",
+        "SELECT jobq.enqueue_flow('default',"
+        ' format(\'[{"payload": {}, "depends_on": [%%s]}]\', %s::bigint)::jsonb)',
+        "JQ002",
+        "steps[0]",
+        UNKNOWN_ID,
+    ),
+    case("claim-any-null-queues", "SELECT * FROM jobq.claim_any(NULL, 1, 'w1')", "22004", "queues"),
+    case("claim-any-no-queues", "SELECT * FROM jobq.claim_any('{}', 1, 'w1')", "22023", "queues"),
+    case(
+        "claim-any-two-dimensional-queues",
+        "SELECT * FROM jobq.claim_any(ARRAY[['default', 'emails']], 1, 'w1')",
+        "22023",
+        "queues",
+    ),
+    case(
+        "claim-any-a-bad-queue-name",
+        "SELECT * FROM jobq.claim_any(ARRAY['default', %s], 1, 'w1')",
+        "22023",
+        "queues[2]",
+        BAD_QUEUE_NAMES["notify-injection"],
+    ),
+    case(
+        "claim-any-a-null-queue",
+        "SELECT * FROM jobq.claim_any(ARRAY[NULL, 'default'], 1, 'w1')",
+        "22023",
+        "queues[1]",
+    ),
+    case("claim-any-n-0", "SELECT * FROM jobq.claim_any(ARRAY['default', 'emails'], 0, 'w1')", "22023", "n"),
+    case(
+        "claim-any-null-worker",
+        "SELECT * FROM jobq.claim_any(ARRAY['default', 'emails'], 1, NULL)",
+        "22004",
+        "worker",
+    ),
+]
+
 # jobq.job, wait (for a job) and watch
 LOOKUP_CASES = [
     case("job-null-id", "SELECT * FROM jobq.job(NULL)", "22004", "id"),
@@ -1020,6 +1203,7 @@ CASES = [
     *HEARTBEAT_STATUS_CASES,
     *CONTROL_CASES,
     *CONFIGURE_CASES,
+    *FLOW_CONTROL_CASES,
     *LOOKUP_CASES,
 ]
 

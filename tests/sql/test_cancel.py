@@ -298,10 +298,20 @@ def test_stats_counts_the_cancelled_jobs_of_each_queue(db: Db) -> None:
     assert row == {"queue": "default", "queued": 1, "cancelled": 2}
 
 
-def test_stats_has_the_cancelled_column_last(db: Db) -> None:
+def test_stats_adds_its_columns_at_the_end_cancelled_then_waiting(db: Db) -> None:
     columns = db.execute("SELECT * FROM jobq.stats()").description
     assert columns is not None
 
     assert [column.name for column in columns] == [
-        *("queue", "queued", "runnable", "running", "done", "failed", "oldest_queued_age", "cancelled")
+        *(
+            "queue",
+            "queued",
+            "runnable",
+            "running",
+            "done",
+            "failed",
+            "oldest_queued_age",
+            "cancelled",
+            "waiting",
+        )
     ]

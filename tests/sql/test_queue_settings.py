@@ -83,6 +83,11 @@ DEFAULTS = {
     "backoff_jitter": 0.0,
     "lease_timeout": timedelta(seconds=60),
     "timeout": None,
+    "concurrency": None,
+    "key_concurrency": None,
+    "key_order": "priority",
+    "rate_limit": None,
+    "rate_interval": None,
 }
 
 
