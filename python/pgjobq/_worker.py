@@ -454,6 +454,7 @@ class Worker:
         self._poll_only = False  # the LISTEN probe failed on this connection: poll until reconnected
         self._may_reap = True  # False once jobq.reap was refused to this role
         self._may_tick = True  # False once jobq.tick was refused to this role
+        self._tick_failing = False  # the last tick failed (warned once)
         self._may_wait = True  # False once jobq.wait was refused to this role
         self._started = False  # said so, once connected to a database it supports
 
@@ -1238,9 +1239,10 @@ class Worker:
 
         Every worker ticks, whatever its queues: a schedule's jobs go to its
         own queue, and ticks by many workers enqueue each occurrence once.
-        Logged at debug level only: it runs every reap_interval.  A role
-        refused it leaves ticking to others (another worker, or pg_cron); an
-        error of the extension is logged and the worker carries on.
+        It runs every reap_interval, so it logs at debug level, but for a
+        tick that fails: a warning, once until a tick succeeds again (every
+        schedule waits while one fails).  A role refused it leaves ticking to
+        others (another worker, or pg_cron); the worker carries on either way.
         """
         assert self._conn is not None
         if not self._may_tick:
@@ -1252,8 +1254,11 @@ class Worker:
             logger.debug("not ticking: jobq.tick was refused to this worker's role (%s)", first_line(exc))
             return
         except Error as exc:
-            logger.debug("jobq.tick failed: %s", first_line(exc))
+            log = logger.debug if self._tick_failing else logger.warning
+            log("jobq.tick failed, schedules wait: %s", first_line(exc))
+            self._tick_failing = True
             return
+        self._tick_failing = False
         if enqueued:
             logger.debug("tick: %d scheduled job(s) enqueued", enqueued)
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from helpers.sqlhelpers import Db, enqueue, fill
+
+# The semantics are the same PL/pgSQL on every major: this file runs on the machine's major, fresh and
+# upgraded; on every other major the isolation specs (tests/isolation) and the bad-input table
+# (tests/sql/test_bad_input.py) run these functions, and each major is where locking and plans differ.
+pytestmark = pytest.mark.main_targets
 
 
 def claimed(db: Db, queues: list[str], n: int = 10) -> list[int]:

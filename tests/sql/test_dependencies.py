@@ -16,6 +16,11 @@ from psycopg.types.json import Jsonb
 
 from helpers.sqlhelpers import Connect, Db, enqueue, listen_to_queues, notifications_before_marker, scalar
 
+# The semantics are the same PL/pgSQL on every major: this file runs on the machine's major, fresh and
+# upgraded; on every other major the isolation specs (tests/isolation) and the bad-input table
+# (tests/sql/test_bad_input.py) run these functions, and each major is where locking and plans differ.
+pytestmark = pytest.mark.main_targets
+
 
 def status(db: Db, job_id: int) -> str:
     value = scalar(db, "SELECT status FROM jobq.jobs WHERE id = %s", (job_id,))

@@ -15,6 +15,11 @@ import pytest
 
 from helpers.sqlhelpers import Connect, Db, enqueue, fill, scalar
 
+# The semantics are the same PL/pgSQL on every major: this file runs on the machine's major, fresh and
+# upgraded; on every other major the isolation specs (tests/isolation) and the bad-input table
+# (tests/sql/test_bad_input.py) run these functions, and each major is where locking and plans differ.
+pytestmark = pytest.mark.main_targets
+
 
 def configure(db: Db, queue: str, **settings: Any) -> dict[str, Any]:
     named = ", ".join(f"{name} => %({name})s" for name in settings)

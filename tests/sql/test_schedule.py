@@ -14,6 +14,11 @@ from helpers.databases import connect_as, login_role
 from helpers.sqlhelpers import Db, claim_one, make_runnable, scalar, statuses
 from throwaway_pg import ThrowawayPostgres
 
+# The semantics are the same PL/pgSQL on every major: this file runs on the machine's major, fresh and
+# upgraded; on every other major the isolation specs (tests/isolation) and the bad-input table
+# (tests/sql/test_bad_input.py) run these functions, and each major is where locking and plans differ.
+pytestmark = pytest.mark.main_targets
+
 UTC = timezone.utc
 # a fixed clock for the ticks, in the future (run_at must stay within 10 years of now)
 ANCHOR = datetime(2027, 1, 5, 12, 0, tzinfo=UTC)
@@ -348,7 +353,6 @@ def test_every_is_aligned_on_the_unix_epoch(db: Db) -> None:
 # -- bad input ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.main_targets  # checks of the arguments: the same plpgsql on every major
 @pytest.mark.parametrize(
     ("options", "sqlstate", "message"),
     [
@@ -419,7 +423,6 @@ def test_a_bad_argument_is_refused_by_name_and_creates_nothing(
     assert scalar(db, "SELECT count(*) FROM jobq.schedule_settings") == 0
 
 
-@pytest.mark.main_targets
 def test_unschedule_refuses_a_null_name(db: Db) -> None:
     with pytest.raises(psycopg.Error) as raised:
         db.execute("SELECT jobq.unschedule(NULL)")
