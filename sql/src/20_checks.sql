@@ -303,3 +303,47 @@ COMMENT ON FUNCTION jobq._check_job_options(text, text, text, jsonb) IS
     'Internal: raises 22004/22023/54000 unless the unique and headers options of an enqueue are valid.';
 REVOKE ALL ON FUNCTION jobq._check_job_options(text, text, text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._check_job_options(text, text, text, jsonb) TO @extowner@;
+
+/*
+ * jobq._check_keys(keys, payloads, argument): returns nothing; raises 22023
+ * when keys (the array passed as argument, aligned with payloads of that
+ * many elements) is multidimensional, of another length, or holds a key that
+ * is not 1 to 512 characters (naming it by its own subscript, as
+ * argument[i]).  NULL elements are jobs without a key.  For
+ * jobq.enqueue_many's unique_keys and concurrency_keys.
+ */
+CREATE FUNCTION jobq._check_keys(keys text[], payloads integer, argument text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad_position bigint;
+BEGIN
+    IF array_ndims(_check_keys.keys) > 1 THEN
+        RAISE EXCEPTION '% must be a one-dimensional array, got % dimensions', _check_keys.argument,
+                        array_ndims(_check_keys.keys)
+            USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(_check_keys.keys) <> _check_keys.payloads THEN
+        RAISE EXCEPTION '% must have as many elements as payloads, got % and %', _check_keys.argument,
+                        cardinality(_check_keys.keys), _check_keys.payloads
+            USING ERRCODE = '22023',
+                  HINT = 'Pass NULL for a job without a key.';
+    END IF;
+    SELECT k.position + array_lower(_check_keys.keys, 1) - 1 INTO bad_position
+      FROM unnest(_check_keys.keys) WITH ORDINALITY AS k(given, position)
+     WHERE length(k.given) NOT BETWEEN 1 AND 512
+     ORDER BY k.position
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION '%[%] must be 1 to 512 characters, got %', _check_keys.argument, bad_position,
+                        length(_check_keys.keys[bad_position])
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_keys(text[], integer, text) IS
+    'Internal: check keys aligned with payloads (jobq.enqueue_many''s unique_keys and concurrency_keys).';
+REVOKE ALL ON FUNCTION jobq._check_keys(text[], integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_keys(text[], integer, text) TO @extowner@;

@@ -361,28 +361,12 @@ BEGIN
     PERFORM jobq._check_options(enqueue_many.priority, enqueue_many.run_at, enqueue_many.max_attempts);
     PERFORM jobq._check_job_options(NULL, enqueue_many.unique_scope, enqueue_many.on_conflict,
                                     enqueue_many.headers);
+    IF enqueue_many.unique_keys IS NOT NULL THEN
+        PERFORM jobq._check_keys(enqueue_many.unique_keys, cardinality(enqueue_many.payloads), 'unique_keys');
+    END IF;
     IF enqueue_many.concurrency_keys IS NOT NULL THEN
-        IF array_ndims(enqueue_many.concurrency_keys) > 1 THEN
-            RAISE EXCEPTION 'concurrency_keys must be a one-dimensional array, got % dimensions',
-                            array_ndims(enqueue_many.concurrency_keys)
-                USING ERRCODE = '22023';
-        END IF;
-        IF cardinality(enqueue_many.concurrency_keys) <> cardinality(enqueue_many.payloads) THEN
-            RAISE EXCEPTION 'concurrency_keys must have as many elements as payloads, got % and %',
-                            cardinality(enqueue_many.concurrency_keys), cardinality(enqueue_many.payloads)
-                USING ERRCODE = '22023',
-                      HINT = 'Pass NULL for a job without a key.';
-        END IF;
-        SELECT k.position + array_lower(enqueue_many.concurrency_keys, 1) - 1 INTO bad_position
-          FROM unnest(enqueue_many.concurrency_keys) WITH ORDINALITY AS k(concurrency_key, position)
-         WHERE length(k.concurrency_key) NOT BETWEEN 1 AND 512
-         ORDER BY k.position
-         LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'concurrency_keys[%] must be 1 to 512 characters, got %', bad_position,
-                            length(enqueue_many.concurrency_keys[bad_position])
-                USING ERRCODE = '22023';
-        END IF;
+        PERFORM jobq._check_keys(enqueue_many.concurrency_keys, cardinality(enqueue_many.payloads),
+                                 'concurrency_keys');
     END IF;
 
     IF enqueue_many.unique_keys IS NULL AND enqueue_many.concurrency_keys IS NOT NULL THEN
@@ -419,27 +403,6 @@ BEGIN
           FROM inserted AS i;
         any_changed := cardinality(new_ids) > 0;
     ELSE
-        IF array_ndims(enqueue_many.unique_keys) > 1 THEN
-            RAISE EXCEPTION 'unique_keys must be a one-dimensional array, got % dimensions',
-                            array_ndims(enqueue_many.unique_keys)
-                USING ERRCODE = '22023';
-        END IF;
-        IF cardinality(enqueue_many.unique_keys) <> cardinality(enqueue_many.payloads) THEN
-            RAISE EXCEPTION 'unique_keys must have as many elements as payloads, got % and %',
-                            cardinality(enqueue_many.unique_keys), cardinality(enqueue_many.payloads)
-                USING ERRCODE = '22023',
-                      HINT = 'Pass NULL for a job without a key.';
-        END IF;
-        SELECT k.position + array_lower(enqueue_many.unique_keys, 1) - 1 INTO bad_position
-          FROM unnest(enqueue_many.unique_keys) WITH ORDINALITY AS k(unique_key, position)
-         WHERE length(k.unique_key) NOT BETWEEN 1 AND 512
-         ORDER BY k.position
-         LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'unique_keys[%] must be 1 to 512 characters, got %', bad_position,
-                            length(enqueue_many.unique_keys[bad_position])
-                USING ERRCODE = '22023';
-        END IF;
         new_ids := '{}';
         FOR one IN
             SELECT p.payload, p.unique_key, p.concurrency_key

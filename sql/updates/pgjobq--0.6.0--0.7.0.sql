@@ -320,6 +320,50 @@ REVOKE ALL ON FUNCTION jobq.configure_queue(text, integer, interval, interval, d
 GRANT EXECUTE ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval) TO @extowner@;
 
 /*
+ * jobq._check_keys(keys, payloads, argument): returns nothing; raises 22023
+ * when keys (the array passed as argument, aligned with payloads of that
+ * many elements) is multidimensional, of another length, or holds a key that
+ * is not 1 to 512 characters (naming it by its own subscript, as
+ * argument[i]).  NULL elements are jobs without a key.  For
+ * jobq.enqueue_many's unique_keys and concurrency_keys.
+ */
+CREATE FUNCTION jobq._check_keys(keys text[], payloads integer, argument text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    bad_position bigint;
+BEGIN
+    IF array_ndims(_check_keys.keys) > 1 THEN
+        RAISE EXCEPTION '% must be a one-dimensional array, got % dimensions', _check_keys.argument,
+                        array_ndims(_check_keys.keys)
+            USING ERRCODE = '22023';
+    END IF;
+    IF cardinality(_check_keys.keys) <> _check_keys.payloads THEN
+        RAISE EXCEPTION '% must have as many elements as payloads, got % and %', _check_keys.argument,
+                        cardinality(_check_keys.keys), _check_keys.payloads
+            USING ERRCODE = '22023',
+                  HINT = 'Pass NULL for a job without a key.';
+    END IF;
+    SELECT k.position + array_lower(_check_keys.keys, 1) - 1 INTO bad_position
+      FROM unnest(_check_keys.keys) WITH ORDINALITY AS k(given, position)
+     WHERE length(k.given) NOT BETWEEN 1 AND 512
+     ORDER BY k.position
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION '%[%] must be 1 to 512 characters, got %', _check_keys.argument, bad_position,
+                        length(_check_keys.keys[bad_position])
+            USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_keys(text[], integer, text) IS
+    'Internal: check keys aligned with payloads (jobq.enqueue_many''s unique_keys and concurrency_keys).';
+REVOKE ALL ON FUNCTION jobq._check_keys(text[], integer, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_keys(text[], integer, text) TO @extowner@;
+
+/*
  * jobq.enqueue(queue, payload, priority, run_at, max_attempts, unique_key,
  * unique_scope, on_conflict, headers, concurrency_key, depends_on,
  * on_parent_failure): the new job's id.  Runs in the
@@ -522,28 +566,12 @@ BEGIN
     PERFORM jobq._check_options(enqueue_many.priority, enqueue_many.run_at, enqueue_many.max_attempts);
     PERFORM jobq._check_job_options(NULL, enqueue_many.unique_scope, enqueue_many.on_conflict,
                                     enqueue_many.headers);
+    IF enqueue_many.unique_keys IS NOT NULL THEN
+        PERFORM jobq._check_keys(enqueue_many.unique_keys, cardinality(enqueue_many.payloads), 'unique_keys');
+    END IF;
     IF enqueue_many.concurrency_keys IS NOT NULL THEN
-        IF array_ndims(enqueue_many.concurrency_keys) > 1 THEN
-            RAISE EXCEPTION 'concurrency_keys must be a one-dimensional array, got % dimensions',
-                            array_ndims(enqueue_many.concurrency_keys)
-                USING ERRCODE = '22023';
-        END IF;
-        IF cardinality(enqueue_many.concurrency_keys) <> cardinality(enqueue_many.payloads) THEN
-            RAISE EXCEPTION 'concurrency_keys must have as many elements as payloads, got % and %',
-                            cardinality(enqueue_many.concurrency_keys), cardinality(enqueue_many.payloads)
-                USING ERRCODE = '22023',
-                      HINT = 'Pass NULL for a job without a key.';
-        END IF;
-        SELECT k.position + array_lower(enqueue_many.concurrency_keys, 1) - 1 INTO bad_position
-          FROM unnest(enqueue_many.concurrency_keys) WITH ORDINALITY AS k(concurrency_key, position)
-         WHERE length(k.concurrency_key) NOT BETWEEN 1 AND 512
-         ORDER BY k.position
-         LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'concurrency_keys[%] must be 1 to 512 characters, got %', bad_position,
-                            length(enqueue_many.concurrency_keys[bad_position])
-                USING ERRCODE = '22023';
-        END IF;
+        PERFORM jobq._check_keys(enqueue_many.concurrency_keys, cardinality(enqueue_many.payloads),
+                                 'concurrency_keys');
     END IF;
 
     IF enqueue_many.unique_keys IS NULL AND enqueue_many.concurrency_keys IS NOT NULL THEN
@@ -580,27 +608,6 @@ BEGIN
           FROM inserted AS i;
         any_changed := cardinality(new_ids) > 0;
     ELSE
-        IF array_ndims(enqueue_many.unique_keys) > 1 THEN
-            RAISE EXCEPTION 'unique_keys must be a one-dimensional array, got % dimensions',
-                            array_ndims(enqueue_many.unique_keys)
-                USING ERRCODE = '22023';
-        END IF;
-        IF cardinality(enqueue_many.unique_keys) <> cardinality(enqueue_many.payloads) THEN
-            RAISE EXCEPTION 'unique_keys must have as many elements as payloads, got % and %',
-                            cardinality(enqueue_many.unique_keys), cardinality(enqueue_many.payloads)
-                USING ERRCODE = '22023',
-                      HINT = 'Pass NULL for a job without a key.';
-        END IF;
-        SELECT k.position + array_lower(enqueue_many.unique_keys, 1) - 1 INTO bad_position
-          FROM unnest(enqueue_many.unique_keys) WITH ORDINALITY AS k(unique_key, position)
-         WHERE length(k.unique_key) NOT BETWEEN 1 AND 512
-         ORDER BY k.position
-         LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'unique_keys[%] must be 1 to 512 characters, got %', bad_position,
-                            length(enqueue_many.unique_keys[bad_position])
-                USING ERRCODE = '22023';
-        END IF;
         new_ids := '{}';
         FOR one IN
             SELECT p.payload, p.unique_key, p.concurrency_key

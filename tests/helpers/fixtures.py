@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import functools
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,16 @@ from psycopg.rows import dict_row
 from pytest_postgresql.executors import NoopExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
 
+from pgjobq import Job, Worker, WorkerSettings
+
 import pg_versions
 from helpers.processes import StartWorker, WorkerProcess
 from helpers.sqlhelpers import Connect, Db
 from throwaway_pg import ThrowawayPostgres, find_bindir
 
-__all__ = ["FIRST_RELEASE", "RELEASED", "REPO_ROOT", "Target", "extension_files"]
+__all__ = ["FIRST_RELEASE", "RELEASED", "REPO_ROOT", "RunWorker", "Target", "extension_files"]
+
+RunWorker = Callable[[str, Callable[[Job], object], WorkerSettings], Worker]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -254,3 +259,23 @@ def connect(dsn: str) -> Iterator[Connect]:
     yield _connect
     for conn in opened:
         conn.close()
+
+
+@pytest.fixture
+def run_worker() -> Iterator[RunWorker]:
+    """Starts Workers on threads of this process; stops and joins them after the test."""
+    started: list[tuple[Worker, threading.Thread]] = []
+
+    def run(dsn: str, handler: Callable[[Job], object], settings: WorkerSettings) -> Worker:
+        worker = Worker(dsn, handler, settings)
+        thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+        thread.start()
+        started.append((worker, thread))
+        return worker
+
+    yield run
+    for worker, _ in started:
+        worker.stop()
+    for _, thread in started:
+        thread.join(60)
+        assert not thread.is_alive()

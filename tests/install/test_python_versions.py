@@ -22,7 +22,7 @@ from helpers.fixtures import REPO_ROOT
 
 OLDEST_AND_NEWEST = ("3.10", "3.13")  # python/pyproject.toml: requires-python >= 3.10, tested up to 3.13
 INSTALL_TIMEOUT = 600.0
-RUN_TIMEOUT = 600.0
+RUN_TIMEOUT = 900.0  # the client and worker tests on 2 workers: about 5 minutes alone, more on a busy machine
 
 
 def interpreter(version: str) -> Path | None:
@@ -77,7 +77,12 @@ def test_the_client_and_worker_tests_pass_on(version: str) -> None:
         pytest.skip(f"Python {version} is not on this machine (python{version} on PATH, or under pyenv)")
     venv_python = virtualenv(version, python)
 
-    tests = ["tests/client", "tests/worker", "--ignore=tests/worker/test_chaos.py"]
+    tests = [
+        "tests/client",
+        "tests/worker",
+        "--ignore=tests/worker/test_chaos.py",
+        "--ignore=tests/worker/test_chaos_limits.py",
+    ]  # the chaos runs: once per make test is enough
     parallel = ["-n", "2", "--dist", "loadgroup"]  # as make test runs them, on fewer workers
     result = subprocess.run(
         [str(venv_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, *tests],

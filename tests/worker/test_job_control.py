@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
@@ -20,32 +20,11 @@ import pytest
 from psycopg.types.json import Jsonb
 
 import pgjobq
-from pgjobq import Job, Worker, WorkerSettings, _client
+from pgjobq import Job, WorkerSettings, _client
 
+from helpers.fixtures import RunWorker
 from helpers.processes import wait_until
 from helpers.sqlhelpers import Db, enqueue, scalar, statuses
-
-RunWorker = Callable[[str, Callable[[Job], object], WorkerSettings], Worker]
-
-
-@pytest.fixture
-def run_worker() -> Iterator[RunWorker]:
-    """Starts Workers on threads of this process; stops and joins them after the test."""
-    started: list[tuple[Worker, threading.Thread]] = []
-
-    def run(dsn: str, handler: Callable[[Job], object], settings: WorkerSettings) -> Worker:
-        worker = Worker(dsn, handler, settings)
-        thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-        thread.start()
-        started.append((worker, thread))
-        return worker
-
-    yield run
-    for worker, _ in started:
-        worker.stop()
-    for _, thread in started:
-        thread.join(60)
-        assert not thread.is_alive()
 
 
 def job_row(db: Db, job_id: int) -> dict[str, Any]:

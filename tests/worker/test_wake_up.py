@@ -6,37 +6,18 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
 from psycopg import sql
 
 import pgjobq
-from pgjobq import Job, Worker, WorkerSettings
+from pgjobq import Job, WorkerSettings
 
+from helpers.fixtures import RunWorker
 from helpers.processes import wait_until
 from helpers.sqlhelpers import Connect, Db, statuses
-
-
-@pytest.fixture
-def run_worker() -> Iterator[Callable[[str, Callable[[Job], object], WorkerSettings], Worker]]:
-    """Starts Workers on threads of this process; stops and joins them after the test."""
-    started: list[tuple[Worker, threading.Thread]] = []
-
-    def run(dsn: str, handler: Callable[[Job], object], settings: WorkerSettings) -> Worker:
-        worker = Worker(dsn, handler, settings)
-        thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-        thread.start()
-        started.append((worker, thread))
-        return worker
-
-    yield run
-    for worker, _ in started:
-        worker.stop()
-    for _, thread in started:
-        thread.join(30)
-        assert not thread.is_alive()
 
 
 def waiting(db: Db, worker: str) -> bool:
@@ -48,7 +29,7 @@ def waiting(db: Db, worker: str) -> bool:
 
 
 def test_a_job_due_later_starts_at_its_run_at_not_at_the_next_poll(
-    db: Db, dsn: str, run_worker: Callable[[str, Callable[[Job], object], WorkerSettings], Worker]
+    db: Db, dsn: str, run_worker: RunWorker
 ) -> None:
     started: list[datetime] = []
     run_worker(dsn, lambda job: started.append(datetime.now(timezone.utc)),
@@ -67,7 +48,7 @@ def test_a_worker_refused_a_registration_by_a_producer_in_flight_claims_again_so
     db: Db,
     dsn: str,
     connect: Connect,
-    run_worker: Callable[[str, Callable[[Job], object], WorkerSettings], Worker],
+    run_worker: RunWorker,
 ) -> None:
     producer = connect(autocommit=False)
     pgjobq.enqueue(producer, "default", {})  # holds the queue's producer lock until it commits
@@ -102,7 +83,7 @@ def test_a_worker_whose_role_may_not_wait_warns_once_and_keeps_working_by_pollin
     dsn: str,
     role_without_wait: str,
     caplog: pytest.LogCaptureFixture,
-    run_worker: Callable[[str, Callable[[Job], object], WorkerSettings], Worker],
+    run_worker: RunWorker,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="pgjobq.worker")
     run_worker(f"{dsn} user={role_without_wait}", lambda job: None, WorkerSettings(poll_interval=0.1))
@@ -118,7 +99,7 @@ def test_a_worker_whose_role_may_not_wait_warns_once_and_keeps_working_by_pollin
 
 
 def test_the_keeper_acknowledges_a_finished_job_while_the_next_handler_runs(
-    db: Db, dsn: str, run_worker: Callable[[str, Callable[[Job], object], WorkerSettings], Worker]
+    db: Db, dsn: str, run_worker: RunWorker
 ) -> None:
     first, second = pgjobq.enqueue_many(db, "default", [{"n": 1}, {"n": 2}])
     release = threading.Event()

@@ -10,43 +10,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from pgjobq import ConfigurationError, Job, Worker, WorkerSettings
+from pgjobq import ConfigurationError, Job, WorkerSettings
 
+from helpers.fixtures import RunWorker
 from helpers.handlers import EXECUTIONS_DDL
 from helpers.processes import StartWorker, WorkerProcess, cpu_seconds, wait_until
 from helpers.sqlhelpers import Db, claim_one, enqueue, fill, scalar, statuses
-
-RunWorker = Callable[[str, Callable[[Job], object], WorkerSettings], Worker]
 
 
 @pytest.fixture
 def executions(db: Db) -> None:
     db.execute(EXECUTIONS_DDL)
-
-
-@pytest.fixture
-def run_worker() -> Iterator[RunWorker]:
-    """Starts Workers on threads of this process; stops and joins them after the test."""
-    started: list[tuple[Worker, threading.Thread]] = []
-
-    def run(dsn: str, handler: Callable[[Job], object], settings: WorkerSettings) -> Worker:
-        worker = Worker(dsn, handler, settings)
-        thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
-        thread.start()
-        started.append((worker, thread))
-        return worker
-
-    yield run
-    for worker, _ in started:
-        worker.stop()
-    for _, thread in started:
-        thread.join(60)
-        assert not thread.is_alive()
 
 
 def runs(db: Db) -> int:
