@@ -45,6 +45,7 @@ WORKLOADS = (
     "scheduled",
     "claim_cost",
     "soak",
+    "asyncio",
 )
 CONTENDER_WORKLOADS = ("throughput", "work")  # the others make databases of their own
 POOL_WORKLOADS = (
@@ -55,6 +56,7 @@ POOL_WORKLOADS = (
     "latency",
     "scheduled",
     "soak",
+    "asyncio",
 )  # those run in worker processes
 PACKAGES = (
     "pgjobq-py",

@@ -28,6 +28,9 @@ the machine hits all of them alike.  Results are plain dicts and lists
   against the plain queue, same clients and batch, in one run.
 - rate_limit: pgjobq Workers on a rate-limited queue: jobs/s against the
   limit, and how many claims the Workers make per second meanwhile.
+- asyncio: pgjobq.AsyncWorker (100 tasks) beside the sync Worker (100
+  threads), one process each, zero work and 5 ms of sleep per job
+  (contenders/pgjobq_async.py).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from contenders import article
 from contenders._pgbench import CLAIM_COMPLETE, CLAIM_WAIT, EMPTY_WAIT_MS, ENQUEUE_ONE, ONE_TRIP, run_pgbench
 from contenders._util import describe, explain_nested, insert_queued, payloads
 from contenders.base import Contender, Target, WorkerHooks
+from contenders.pgjobq_async import KINDS, run_worker
 from contenders.pgjobq_sql import QUEUE, pgjobq_reset, pgjobq_setup
 from contenders.pgjobq_worker import PgjobqWorker, run_until, worker_settings
 from contenders.sql_ceiling import DrivenContender, count_done
@@ -149,6 +153,12 @@ class Scale:
     # a CHECKPOINT before every run, so that none falls inside one (the quick run is shorter than
     # checkpoint_timeout and writes far less than max_wal_size: no checkpoint can start during it)
     checkpoint_each_run: bool = True
+    # asyncio: one process, AsyncWorker with this many tasks against the Worker with this many threads
+    asyncio_concurrency: int = 100
+    asyncio_batch: int = 100
+    asyncio_jobs: int = 20_000  # per run, zero work
+    asyncio_work_jobs: int = 20_000  # per run, 5 ms of work each
+    asyncio_limit: float = 10.0  # seconds; a run short of its goal then is reported as capped
 
     @property
     def pool_size(self) -> int:
@@ -259,6 +269,9 @@ QUICK = Scale(
     rate_batch=10,
     rate_seconds=1.0,
     checkpoint_each_run=False,
+    asyncio_jobs=5_000,
+    asyncio_work_jobs=5_000,
+    asyncio_limit=5.0,
 )
 
 
@@ -463,6 +476,20 @@ class EnqueueTask(Task):
                 hooks.processed(1)
 
 
+@dataclass(frozen=True)
+class AsyncioTask(Task):
+    """The asyncio workload's worker process (contenders/pgjobq_async.py): "sync" or "async"."""
+
+    kind: str
+    target: Target
+    batch: int
+    concurrency: int
+    work_seconds: float
+
+    def run(self, hooks: WorkerHooks, outbox: Queue[tuple[Any, ...]]) -> None:
+        run_worker(self.kind, self.target, self.batch, self.concurrency, self.work_seconds, hooks)
+
+
 CONSUMER_BATCH = 10  # the batch of the consumer beside the enqueue's clients
 IDLE_WAIT = 1.0  # seconds at most for that consumer to go idle before the clients start
 
@@ -572,6 +599,7 @@ class Results:
     versions: dict[str, Any] = field(default_factory=dict)
     limits: dict[str, Any] = field(default_factory=dict)
     rate_limit: list[dict[str, Any]] = field(default_factory=list)
+    asyncio: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
@@ -1361,6 +1389,43 @@ class Bench:
                 f"{record['claims_per_second']:>6.1f} claims/s over {scale.rate_workers} Workers"
                 f"{_error(measured)}"
             )
+
+    # -- asyncio ------------------------------------------------------------------------
+
+    def asyncio(self) -> None:
+        """AsyncWorker (tasks) beside the sync Worker (threads), one process each, zero work and 5 ms."""
+        scale = self.scale
+        target = self.servers.create_database("bench_asyncio")
+        pgjobq_setup(target)
+        contender = PgjobqWorker()
+        for repeat in range(self.repeats):
+            for work_ms, jobs in ((0.0, scale.asyncio_jobs), (scale.work_ms, scale.asyncio_work_jobs)):
+                for kind in rotated(list(KINDS), repeat):
+                    pgjobq_reset(target)
+                    contender.enqueue(target, jobs)
+                    self._settle(target)
+                    task = AsyncioTask(
+                        kind, target, scale.asyncio_batch, scale.asyncio_concurrency, work_ms / 1000
+                    )
+                    try:
+                        measured = self.pool.measure([task], goal=jobs, limit=scale.asyncio_limit)
+                    except Exception as exc:
+                        measured = Measured(0, 0.0, error=f"{type(exc).__name__}: {exc}")
+                    record = {
+                        "repeat": repeat,
+                        "kind": kind,
+                        "work_ms": work_ms,
+                        "concurrency": scale.asyncio_concurrency,
+                        "batch": scale.asyncio_batch,
+                        "jobs": jobs,
+                    }
+                    self.results.asyncio.append(_measured(record, measured))
+                    label = "AsyncWorker, tasks" if kind == "async" else "Worker, threads"
+                    self.log(
+                        f"  r{repeat} {work_ms:g} ms {label:<18} x{scale.asyncio_concurrency}: "
+                        f"{measured.rate:>7.0f} jobs/s{' (capped)' if measured.capped else ''}"
+                        f"{_error(measured)}"
+                    )
 
     # -- soak ---------------------------------------------------------------------------
 

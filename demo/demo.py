@@ -3,7 +3,9 @@
 Enqueues the jobs with one ``jobq.enqueue_many`` call, runs real ``pgjobq
 worker`` processes on them (handlers.py: multiples of 7 fail twice, then
 succeed; multiples of 49 always fail), stops the workers with SIGTERM once
-every job is finished, and checks the outcome from the database.  Exit code
+every job is finished, and checks the outcome from the database.  The web
+dashboard (pgjobq.dashboard, read-only) runs on 127.0.0.1 meanwhile; its
+address is printed at the start, and --linger keeps it up after the summary.  Exit code
 0 for a consistent run, 1 otherwise, 2 for bad usage, 130 when interrupted.
 The server and every temporary file are removed at the end, whatever happens.
 """
@@ -14,9 +16,11 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +49,7 @@ POLL_SECONDS = 0.2
 STALL_SECONDS = 30.0  # no change in the counts for this long: something is wrong
 STOP_SECONDS = 30.0  # SIGTERM, then this long to exit, then SIGKILL
 MAX_WORKERS = 50  # three connections each; the throwaway server allows 200
+DASHBOARD_PORT = 8080  # or any free port when it is taken
 
 CREATE_EXTENSION = "CREATE EXTENSION pgjobq"
 
@@ -199,7 +204,72 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=os.environ.get("PGJOBQ_DEMO_WORKERS", "4"),
         help="worker processes (env PGJOBQ_DEMO_WORKERS; default 4)",
     )
+    parser.add_argument(
+        "--dashboard-port",
+        type=bounded_int(0, 65535),
+        default=os.environ.get("PGJOBQ_DEMO_DASHBOARD_PORT", str(DASHBOARD_PORT)),
+        help=f"the dashboard's port on 127.0.0.1 (env PGJOBQ_DEMO_DASHBOARD_PORT; default {DASHBOARD_PORT}, "
+        "or any free port when it is taken; 0: no dashboard)",
+    )
+    parser.add_argument(
+        "--linger",
+        type=bounded_int(0, 86_400),
+        default=os.environ.get("PGJOBQ_DEMO_LINGER", "0"),
+        help="seconds to keep the server and the dashboard up after the summary; Ctrl-C ends them "
+        "(env PGJOBQ_DEMO_LINGER; default 0)",
+    )
     return parser.parse_args(argv)
+
+
+# -- the dashboard ------------------------------------------------------------
+
+
+class Dashboard:
+    """pgjobq's web dashboard (read-only) served by uvicorn on a thread, for the duration of the demo."""
+
+    def __init__(self, dsn: str, port: int) -> None:
+        import uvicorn  # the web extra (installed with the venv's dev extras)
+
+        from pgjobq.dashboard import create_app
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self.sock.bind(("127.0.0.1", port))
+        except OSError:  # taken: any free port
+            self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/"
+        app = create_app(dsn, sample_seconds=1.0)
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+        )
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def start(self, timeout: float = 15.0) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started and self.thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self.server.started:
+            raise DemoFailed("the dashboard did not start")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+def start_dashboard(dsn: str, port: int, console: Console) -> Dashboard | None:
+    """The running dashboard, its address printed; None (said why) for port 0 or without the web extra."""
+    if port == 0:
+        return None
+    try:
+        dashboard = Dashboard(dsn, port)
+    except ImportError as exc:
+        console.print(f"[dim]No dashboard: {escape(str(exc))} (pip install 'pgjobq-py[web]').[/]")
+        return None
+    dashboard.start()
+    console.print(f"Dashboard (read-only, until the demo ends): [bold]{dashboard.url}[/]")
+    return dashboard
 
 
 # -- workers ------------------------------------------------------------------
@@ -417,6 +487,9 @@ def run(args: argparse.Namespace, console: Console) -> int:
         server.start()
         conn = stack.enter_context(psycopg.connect(server.dsn(), autocommit=True))
         prepare(conn, server, expected.jobs, console)
+        dashboard = start_dashboard(server.dsn(), args.dashboard_port, console)
+        if dashboard is not None:
+            stack.callback(dashboard.stop)  # before the server is removed
 
         clock = conn.execute(CLOCK).fetchone()
         assert clock is not None
@@ -433,6 +506,10 @@ def run(args: argparse.Namespace, console: Console) -> int:
         show_summary(console, summary, expected, workers)
         show_dead_letters(console, conn, summary.failed)
         found = problems(summary, expected, workers)
+        if dashboard is not None and args.linger:
+            console.print(f"The dashboard stays up for {args.linger} s at {dashboard.url} (Ctrl-C ends it).")
+            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends the wait, not the demo's verdict
+                time.sleep(args.linger)
 
     if found:
         console.print(f"[bold red]INCONSISTENT:[/] {'; '.join(found)}.")

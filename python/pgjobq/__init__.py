@@ -13,7 +13,9 @@ connection outside a transaction::
     with psycopg.connect(dsn, autocommit=True) as conn:
         state = pgjobq.wait(conn, job_id, timedelta(seconds=30))  # a JobState; None at the timeout
 
-Run handlers with :class:`Worker` or the ``pgjobq worker`` command.  This
+Run handlers with :class:`Worker` (coroutine handlers with :class:`AsyncWorker`;
+the same calls on an asyncio connection are in :mod:`pgjobq.aio`) or the
+``pgjobq worker`` command.  This
 package works with the extension versions in ``SUPPORTED_EXTENSION_VERSIONS``:
 the Worker and the CLI refuse any other when they connect, and
 :func:`check_extension` does the same for an application's own connection.
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import logging
 
+from pgjobq import aio
+from pgjobq._async_worker import AsyncWorker
 from pgjobq._client import (
     Cancellation,
     Health,
@@ -82,10 +86,13 @@ from pgjobq._errors import (
 )
 from pgjobq._extension import PACKAGE_VERSION, SUPPORTED_EXTENSION_VERSIONS, check_extension
 from pgjobq._job import Job
-from pgjobq._worker import Worker, WorkerSettings
+from pgjobq._observe import Outcome, WorkerObserver
+from pgjobq._settings import WorkerSettings
+from pgjobq._worker import Worker
 
 __all__ = [
     "SUPPORTED_EXTENSION_VERSIONS",
+    "AsyncWorker",
     "Cancellation",
     "ConfigurationError",
     "Error",
@@ -98,6 +105,7 @@ __all__ = [
     "JobState",
     "JobTimedOut",
     "LeaseLost",
+    "Outcome",
     "PayloadTooLarge",
     "PermissionDenied",
     "QueueOverview",
@@ -108,7 +116,9 @@ __all__ = [
     "Snooze",
     "UniqueKeyInUse",
     "Worker",
+    "WorkerObserver",
     "WorkerSettings",
+    "aio",
     "cancel",
     "channel",
     "check_extension",

@@ -1,15 +1,16 @@
 """The pgjobq command line: worker, enqueue, stats, retry-failed, reap, purge, health, job
-control: cancel, pause, resume, job, wait, configure-queue, queues, and schedules: schedule,
-unschedule, schedules.
+control: cancel, pause, resume, job, wait, configure-queue, queues, jobs list and show, schedules:
+schedule, unschedule, schedules; installs without the extension's files: sql install, upgrade and
+pgtle; completion; and the optional extras' servers: metrics, dashboard.
 
-Every option has an environment-variable twin (shown in --help).  Errors
-print one line and exit non-zero: 1 for a refused operation or an
-unreachable database (and for wait, a job that failed or was cancelled), 2
-for bad usage, 3 when wait gave up at its timeout.
+Every option has an environment-variable twin (shown in --help).  Every
+read command takes --json.  Errors print one line and exit non-zero (EXIT_CODES).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -17,6 +18,7 @@ import logging
 import math
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -24,10 +26,13 @@ from typing import Any, TypeVar
 
 import click
 import psycopg
+from psycopg.rows import dict_row
 
-from pgjobq import _client
-from pgjobq._errors import Error, first_line
+from pgjobq import _client, _sql_install
+from pgjobq._async_worker import AsyncWorker, is_coroutine_function
+from pgjobq._errors import Error, first_line, translate
 from pgjobq._extension import check_extension
+from pgjobq._queries import query
 from pgjobq._worker import Handler, Worker, WorkerSettings
 
 __all__ = ["main"]
@@ -64,7 +69,8 @@ def _one_line_errors() -> Iterator[None]:
     except Error as exc:
         raise click.ClickException(str(exc)) from exc
     except psycopg.Error as exc:
-        raise click.ClickException(f"database error: {first_line(exc)}") from exc
+        known = translate(exc)  # the extension's own errors (no such job ...) read as the client's
+        raise click.ClickException(str(known) if known else f"database error: {first_line(exc)}") from exc
 
 
 @contextmanager
@@ -75,7 +81,21 @@ def _connection(dsn: str) -> Iterator[psycopg.Connection[Any]]:
         yield conn
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+EXIT_CODES = """Exit codes:
+
+\b
+  0  done (the worker: stopped by SIGTERM or SIGINT, or --burst found no more work)
+  1  refused or failed: an error from the database or pgjobq, an unreachable database, a
+     missing optional extra (one line on stderr); wait: the job failed or was cancelled;
+     the worker: a second signal, with jobs still in hand
+  2  bad usage: an unknown option, a bad value (click's)
+  3  wait: the job is still unfinished at --timeout
+"""
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}, epilog=EXIT_CODES
+)
 @click.version_option(package_name="pgjobq-py", prog_name="pgjobq")
 def main() -> None:
     """pgjobq: run and manage jobs of the PostgreSQL job queue (extension pgjobq)."""
@@ -179,19 +199,40 @@ _SETTINGS = {field.name: field for field in dataclasses.fields(WorkerSettings)}
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
+@click.option(
+    "--metrics-port",
+    envvar="PGJOBQ_METRICS_PORT",
+    show_envvar=True,
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (/metrics): this worker's jobs, and the queues' state "
+    "(the metrics extra) [default: none].",
+)
+@click.option(
+    "--metrics-host",
+    envvar="PGJOBQ_METRICS_HOST",
+    show_envvar=True,
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics are served on.",
+)
 def worker(
     handler: str,
     dsn: str,
     queue: tuple[str, ...],
     log_level: str,
     name: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
     **settings: Any,
 ) -> None:
     """Run MODULE:FUNCTION on each job of one queue or several until SIGTERM/SIGINT (or --burst).
 
     The function gets one Job (id, queue, payload, attempts, max_attempts);
     returning completes the job, raising fails it with the exception's message.
-    Every reap interval the worker also runs jobq.tick, so schedules advance.
+    A coroutine function (async def) runs under pgjobq.AsyncWorker, its jobs
+    as asyncio tasks (--concurrency of them at once).  Every reap interval
+    the worker also runs jobq.tick, so schedules advance.
     """  # fmt: skip
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
@@ -202,9 +243,18 @@ def worker(
     settings["queue"] = queue[0] if len(queue) == 1 else list(queue)
     if name:  # else WorkerSettings' own default, host:pid
         settings["name"] = name
+    if metrics_port is not None:
+        prometheus = _extra("pgjobq.prometheus", "metrics", "pgjobq worker --metrics-port")
+        with _one_line_errors():
+            settings["observers"] = [prometheus.start_worker_metrics(metrics_port, metrics_host, dsn)]
     with _one_line_errors():
-        runner = Worker(dsn, function, WorkerSettings(**settings))
-        runner.run()
+        runner: Worker | AsyncWorker
+        if is_coroutine_function(function):  # an async def: AsyncWorker, its jobs as asyncio tasks
+            runner = AsyncWorker(dsn, function, WorkerSettings(**settings))
+            asyncio.run(runner.run())
+        else:
+            runner = Worker(dsn, function, WorkerSettings(**settings))
+            runner.run()
     if runner.abandoned:
         # A second signal: handler threads cannot be interrupted and would keep
         # the interpreter alive at exit; the reaper recovers their jobs.
@@ -387,37 +437,101 @@ def enqueue(
         click.echo(job_id)
 
 
+STATS_HEADER = ("queue", "queued", "runnable", "running", "done", "failed", "cancelled", "oldest wait")
+
+
 @main.command()
 @_dsn_option
 @_json_option
-def stats(dsn: str, as_json: bool) -> None:
+@click.option(
+    "--watch",
+    envvar="PGJOBQ_WATCH",
+    show_envvar=True,
+    is_flag=True,
+    help="Redraw every --interval until Ctrl-C: a live table (drawn with rich when it is installed, "
+    "the cli extra); with --json, one JSON array per line; not on a terminal, one table after another.",
+)
+@click.option(
+    "--interval",
+    envvar="PGJOBQ_WATCH_INTERVAL",
+    show_envvar=True,
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    help="Seconds between two readings with --watch.",
+)
+def stats(dsn: str, as_json: bool, watch: bool, interval: float) -> None:
     """Jobs per queue and status, and the wait of the oldest runnable job."""  # fmt: skip
     with _connection(dsn) as conn:
-        rows = _client.stats(conn)
-    if as_json:
-        click.echo(json.dumps([_stats_dict(row) for row in rows], indent=2))
-        return
-    header = ("queue", "queued", "runnable", "running", "done", "failed", "cancelled", "oldest wait")
-    _echo_table(
-        header,
-        [
-            (
-                r.queue,
-                *(str(v) for v in (r.queued, r.runnable, r.running, r.done, r.failed, r.cancelled)),
-                _age(r.oldest_queued_age),
-            )
-            for r in rows
-        ],
-    )
+        if not watch:
+            rows = _client.stats(conn)
+            if as_json:
+                click.echo(json.dumps([_stats_dict(row) for row in rows], indent=2))
+            else:
+                _echo_table(STATS_HEADER, _stats_cells(rows))
+            return
+        with contextlib.suppress(KeyboardInterrupt):
+            _watch_stats(conn, as_json, interval)
 
 
-def _echo_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    """A table: the first column left-aligned, the others right-aligned."""
+def _stats_cells(rows: list[_client.QueueStats]) -> list[tuple[str, ...]]:
+    return [
+        (
+            r.queue,
+            *(str(v) for v in (r.queued, r.runnable, r.running, r.done, r.failed, r.cancelled)),
+            _age(r.oldest_queued_age),
+        )
+        for r in rows
+    ]
+
+
+def _watch_stats(conn: psycopg.Connection[Any], as_json: bool, interval: float) -> None:
+    """stats again and again, every interval seconds, until interrupted."""
+    title = f"pgjobq stats every {interval:g}s (Ctrl-C to stop)"
+    terminal = sys.stdout.isatty()
+    if as_json or not terminal:
+        while True:
+            rows = _client.stats(conn)
+            if as_json:
+                click.echo(json.dumps([_stats_dict(row) for row in rows]))
+            else:
+                click.echo(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}\n"
+                           f"{_table_text(STATS_HEADER, _stats_cells(rows))}\n")  # fmt: skip
+            time.sleep(interval)
+    try:
+        from rich.live import Live
+        from rich.table import Table
+    except ImportError:  # the cli extra is not installed: redraw the plain table
+        while True:
+            table = _table_text(STATS_HEADER, _stats_cells(_client.stats(conn)))
+            click.echo(f"\x1b[H\x1b[2J{title}\n\n{table}", nl=True)
+            time.sleep(interval)
+
+    def draw() -> Table:
+        table = Table(title=title, title_justify="left")
+        for i, name in enumerate(STATS_HEADER):
+            table.add_column(name, justify="left" if i == 0 else "right")
+        for cells in _stats_cells(_client.stats(conn)):
+            table.add_row(*cells)
+        return table
+
+    with Live(draw(), auto_refresh=False) as live:
+        while True:
+            time.sleep(interval)
+            live.update(draw(), refresh=True)
+
+
+def _echo_table(header: tuple[str, ...], rows: list[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> None:
+    """A table: the columns in left (the first one) left-aligned, the others right-aligned."""
+    click.echo(_table_text(header, rows, left))
+
+
+def _table_text(header: tuple[str, ...], rows: list[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> str:
     table = [header, *rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    for line in table:
-        click.echo("  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
-                             enumerate(zip(line, widths, strict=True))).rstrip())  # fmt: skip
+    lines = ("  ".join(cell.ljust(w) if i in left else cell.rjust(w) for i, (cell, w) in
+                       enumerate(zip(line, widths, strict=True))).rstrip() for line in table)  # fmt: skip
+    return "\n".join(lines)
 
 
 def _age(age: timedelta | None) -> str:
@@ -1013,3 +1127,345 @@ def schedules(dsn: str, as_json: bool) -> None:
             for r in rows
         ],
     )
+
+
+# -- jobs -----------------------------------------------------------------------------
+
+JOB_STATUSES = ("waiting", "queued", "running", "done", "failed", "cancelled")
+
+
+@main.group()
+def jobs() -> None:
+    """List jobs, or show one with its payload, headers, result and error."""
+
+
+@jobs.command("list")
+@_dsn_option
+@_json_option
+@click.option(
+    "--queue",
+    envvar="PGJOBQ_QUEUE",
+    show_envvar=True,
+    default=None,
+    help="Only this queue [default: every queue].",
+)
+@click.option(
+    "--status",
+    "statuses",
+    envvar="PGJOBQ_STATUS",
+    show_envvar=True,
+    type=click.Choice(JOB_STATUSES),
+    multiple=True,
+    help="Only jobs with this status (repeatable; the variable takes names separated by spaces) "
+    "[default: every status].",
+)
+@click.option(
+    "--limit",
+    envvar="PGJOBQ_LIMIT",
+    show_envvar=True,
+    type=click.IntRange(1, 10_000),
+    default=50,
+    show_default=True,
+    help="At most this many jobs, newest first.",
+)
+@click.option(
+    "--before",
+    envvar="PGJOBQ_BEFORE",
+    show_envvar=True,
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="ID",
+    help="Only jobs with a smaller id: the next page, as the previous page's last line says.",
+)
+def jobs_list(
+    dsn: str, as_json: bool, queue: str | None, statuses: tuple[str, ...], limit: int, before: int | None
+) -> None:
+    """Jobs, newest first: id, queue, status, attempts, when they run or finished, their last error.
+
+    At most --limit of them; when there may be more, a last line on stderr gives the
+    --before that shows the next page.  --json prints a JSON array of objects.
+    """  # fmt: skip
+    with _connection(dsn) as conn, conn.cursor(row_factory=dict_row) as cur:
+        params = {"queue": queue, "statuses": list(statuses) or None, "before": before, "limit": limit}
+        rows = cur.execute(query("list_jobs"), params).fetchall()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=_json_value, ensure_ascii=False))
+    else:
+        header = (
+            "id",
+            "queue",
+            "status",
+            "attempts",
+            "priority",
+            "run at / finished",
+            "worker",
+            "last error",
+        )
+        _echo_table(
+            header,
+            [
+                (
+                    str(r["id"]),
+                    r["queue"],
+                    r["status"],
+                    f"{r['attempts']}/{r['max_attempts']}",
+                    str(r["priority"]),
+                    _moment(r["finished_at"] or r["run_at"]),
+                    r["locked_by"] or "-",
+                    _one_line(r["last_error"]),
+                )
+                for r in rows
+            ],
+            left=(1, 2, 5, 6, 7),
+        )
+    if len(rows) == limit:
+        click.echo(f"more may follow: add --before {rows[-1]['id']}", err=True)
+
+
+@jobs.command("show")
+@click.argument("job_id", metavar="ID", type=int)
+@_dsn_option
+@_json_option
+def jobs_show(job_id: int, dsn: str, as_json: bool) -> None:
+    """One job whole: status, priority, attempts, payload, headers, result, last error, parents,
+    times and the worker holding it; exit 1 when there is none."""  # fmt: skip
+    with _connection(dsn) as conn, conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query("show_job"), {"id": job_id}).fetchone()
+    if row is None:  # jobq.job found it, then it was purged
+        raise click.ClickException(f"id {job_id}: no such job")
+    _echo_fields(row, as_json)
+
+
+def _moment(value: datetime | None) -> str:
+    return "-" if value is None else value.isoformat(timespec="seconds")
+
+
+def _one_line(text: str | None, width: int = 60) -> str:
+    """The first line of text, cut to width characters ("-": none)."""
+    if not text:
+        return "-"
+    line = text.splitlines()[0]
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+# -- plain-SQL and pg_tle installs -----------------------------------------------------------
+
+
+@main.group("sql")
+def sql_group() -> None:
+    """Print SQL that installs or upgrades pgjobq without the extension's files (managed PostgreSQL).
+
+    Only SQL goes to stdout, the same for the same pgjobq-py: pipe it to
+    `psql -v ON_ERROR_STOP=1` run by the database's owner, or keep it in a migration.
+    """
+
+
+def _version_option(flag: str, envvar: str, help: str) -> Callable[[F], F]:
+    name = flag.removeprefix("--") + "_"  # from_, to_: "from" is Python's
+    return click.option(
+        flag, name, envvar=envvar, show_envvar=True, default=None, metavar="VERSION", help=help
+    )
+
+
+def _owner_option(func: F) -> F:
+    return click.option(
+        "--owner",
+        envvar="PGJOBQ_SQL_OWNER",
+        show_envvar=True,
+        default=None,
+        metavar="ROLE",
+        help="Run as this role (SET LOCAL ROLE; the role running psql must be a member), so that it "
+        "owns every object [default: the role running psql].",
+    )(func)
+
+
+@sql_group.command("install")
+@_version_option("--to", "PGJOBQ_SQL_TO", "The version to install [default: the newest this pgjobq-py has].")
+@_owner_option
+def sql_install(to_: str | None, owner: str | None) -> None:
+    """A plain-SQL install of pgjobq in one transaction, recording its version for jobq.version()."""
+    with _one_line_errors():
+        click.echo(_sql_install.install_script(to_, owner=owner), nl=False)
+
+
+@sql_group.command("upgrade")
+@_dsn_option
+@_version_option(
+    "--from",
+    "PGJOBQ_SQL_FROM",
+    "The installed version [default: read it from the database at --dsn].",
+)
+@_version_option(
+    "--to", "PGJOBQ_SQL_TO", "The version to upgrade to [default: the newest this pgjobq-py has]."
+)
+@_owner_option
+def sql_upgrade(dsn: str, from_: str | None, to_: str | None, owner: str | None) -> None:
+    """The steps from the installed version of a plain-SQL install to --to, in one transaction.
+
+    Prints nothing (and says so on stderr) when the database is already there;
+    refuses an install made with CREATE EXTENSION (ALTER EXTENSION pgjobq UPDATE
+    upgrades that one).
+    """  # fmt: skip
+    with _one_line_errors():
+        target = to_ or _sql_install.current_version()
+        source = from_
+        if source is None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                installed = _sql_install.installed_version(conn)
+            if installed is None:
+                raise click.ClickException(
+                    "this database has no pgjobq: pgjobq sql install | psql installs it"
+                )
+            if installed.mode == "extension":
+                raise click.ClickException(
+                    f"pgjobq {installed.version} is installed here as an extension: "
+                    "upgrade it with ALTER EXTENSION pgjobq UPDATE"
+                )
+            source = installed.version
+        if source == target:
+            click.echo(f"pgjobq is at {target} already: nothing to upgrade", err=True)
+            return
+        click.echo(_sql_install.upgrade_script(source, target, owner=owner), nl=False)
+
+
+@sql_group.command("pgtle")
+def sql_pgtle() -> None:
+    """A pg_tle registration of pgjobq (every version and step); then CREATE EXTENSION pgjobq.
+
+    Run it as a member of pgtle_admin, in a database with pg_tle.
+    """  # fmt: skip
+    with _one_line_errors():
+        click.echo(_sql_install.pgtle_script(), nl=False)
+
+
+# -- shell completion ------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the completion script for SHELL (click's): for bash, add to ~/.bashrc
+
+    \b
+        eval "$(pgjobq completion bash)"
+    \b
+    zsh: the same in ~/.zshrc with zsh; fish:
+        pgjobq completion fish > ~/.config/fish/completions/pgjobq.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    completer = get_completion_class(shell)
+    assert completer is not None  # the three choices are click's own
+    ctx = click.get_current_context()
+    root = ctx.find_root().command
+    click.echo(completer(root, {}, "pgjobq", "_PGJOBQ_COMPLETE").source())
+
+
+# -- the optional extras: metrics and the dashboard ---------------------------------------
+
+
+@contextmanager
+def _needs_extra(extra: str, command: str) -> Iterator[None]:
+    """A module of the optional extra missing, imported at once or later: one readable line (exit 1)."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        raise click.ClickException(
+            f"{command} needs the {extra} extra ({exc.name} is not installed): "
+            f"pip install 'pgjobq-py[{extra}]'"
+        ) from exc
+
+
+def _extra(module: str, extra: str, command: str) -> Any:
+    """module, imported now: the command's optional extra; one readable line when it is not installed."""
+    with _needs_extra(extra, command):
+        return importlib.import_module(module)
+
+
+def _port_option(envvar: str, default: int, help: str) -> Callable[[F], F]:
+    return click.option(
+        "--port",
+        envvar=envvar,
+        show_envvar=True,
+        type=click.IntRange(1, 65535),
+        default=default,
+        show_default=True,
+        help=help,
+    )
+
+
+def _host_option(envvar: str, help: str) -> Callable[[F], F]:
+    return click.option(
+        "--host", envvar=envvar, show_envvar=True, default="127.0.0.1", show_default=True, help=help
+    )
+
+
+@main.command()
+@_dsn_option
+@_port_option("PGJOBQ_METRICS_PORT", 9464, "Port of the /metrics endpoint.")
+@_host_option("PGJOBQ_METRICS_HOST", "Address to listen on.")
+def metrics(dsn: str, port: int, host: str) -> None:
+    """Serve the queues' state (jobq.metrics) as Prometheus metrics until SIGINT/SIGTERM.
+
+    Needs the metrics extra.  Each worker started with --metrics-port serves its own
+    counters (and, with its database, the same queue state).
+    """  # fmt: skip
+    prometheus = _extra("pgjobq.prometheus", "metrics", "pgjobq metrics")
+    # no check of the database first: an exporter starts anyway, and says pgjobq_database_up 0
+    with _one_line_errors(), contextlib.suppress(KeyboardInterrupt):
+        prometheus.serve_database_metrics(dsn, port, host)
+
+
+@main.command()
+@_dsn_option
+@_host_option(
+    "PGJOBQ_DASHBOARD_HOST",
+    "Address to listen on; any but a loopback one needs --user and --password (or --no-auth).",
+)
+@_port_option("PGJOBQ_DASHBOARD_PORT", 8080, "Port to listen on.")
+@click.option(
+    "--allow-actions",
+    envvar="PGJOBQ_DASHBOARD_ALLOW_ACTIONS",
+    show_envvar=True,
+    is_flag=True,
+    help="Offer retry, cancel, pause, resume and purge (the role needs pgjobq's admin level) "
+    "[default: read-only].",
+)
+@click.option(
+    "--user",
+    envvar="PGJOBQ_DASHBOARD_USER",
+    show_envvar=True,
+    default=None,
+    help="User name for HTTP Basic authentication (with --password).",
+)
+@click.option(
+    "--password",
+    envvar="PGJOBQ_DASHBOARD_PASSWORD",
+    show_envvar=True,
+    default=None,
+    help="Password for HTTP Basic authentication (better given in the variable than on the command line).",
+)
+@click.option(
+    "--no-auth",
+    envvar="PGJOBQ_DASHBOARD_NO_AUTH",
+    show_envvar=True,
+    is_flag=True,
+    help="Serve a non-loopback address without authentication (behind a proxy that authenticates).",
+)
+def dashboard(
+    dsn: str,
+    host: str,
+    port: int,
+    allow_actions: bool,
+    user: str | None,
+    password: str | None,
+    no_auth: bool,
+) -> None:
+    """Serve the web dashboard (queues, jobs, schedules) until SIGINT/SIGTERM (the web extra)."""
+    web = _extra("pgjobq.dashboard", "web", "pgjobq dashboard")
+    with (
+        _needs_extra("web", "pgjobq dashboard"),  # uvicorn is imported when serving starts
+        _one_line_errors(),
+        contextlib.suppress(KeyboardInterrupt),
+    ):
+        web.serve(dsn, host, port, allow_actions, user, password, no_auth)

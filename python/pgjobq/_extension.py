@@ -6,17 +6,16 @@ from importlib import metadata
 from typing import Any
 
 import psycopg
-from psycopg.rows import tuple_row
 
 from pgjobq._errors import IncompatibleExtension
-from pgjobq._queries import query
+from pgjobq._sql_install import Installed, installed_version
 
 __all__ = ["PACKAGE_VERSION", "SUPPORTED_EXTENSION_VERSIONS", "check_extension", "extension_version"]
 
 # The extension versions whose SQL functions this package calls, as they are
 # in those versions.  A new extension version is added here once the client
 # has been tested against it.
-SUPPORTED_EXTENSION_VERSIONS: tuple[str, ...] = ("0.7.0",)
+SUPPORTED_EXTENSION_VERSIONS: tuple[str, ...] = ("0.8.0",)
 
 try:
     PACKAGE_VERSION = metadata.version("pgjobq-py")
@@ -25,28 +24,35 @@ except metadata.PackageNotFoundError:  # run from a source tree that was never i
 
 
 def extension_version(conn: psycopg.Connection[Any]) -> str | None:
-    """The version of pgjobq installed in conn's database, or None when it has none."""
-    with conn.cursor(row_factory=tuple_row) as cur:
-        row = cur.execute(query("extension_version")).fetchone()
-    return None if row is None else str(row[0])
+    """The version of pgjobq installed in conn's database (as the extension, or as plain SQL), or None."""
+    installed = installed_version(conn)
+    return None if installed is None else installed.version
 
 
 def check_extension(conn: psycopg.Connection[Any]) -> str:
     """The installed extension version, if this package supports it; IncompatibleExtension otherwise."""
-    found = extension_version(conn)
+    return check_installed(installed_version(conn))
+
+
+def check_installed(installed: Installed | None) -> str:
+    """check_extension's verdict on what a database has (pgjobq.aio.check_extension shares it)."""
+    found = None if installed is None else installed.version
     if found in SUPPORTED_EXTENSION_VERSIONS:
         assert found is not None
         return found
     supported = " or ".join(SUPPORTED_EXTENSION_VERSIONS)
-    if found is None:
+    if installed is None:
         raise IncompatibleExtension(
             f"pgjobq-py {PACKAGE_VERSION} needs the pgjobq extension {supported}, but this database has none "
-            "(CREATE EXTENSION pgjobq)"
+            "(CREATE EXTENSION pgjobq; without the extension's files: pgjobq sql install | psql)"
         )
-    advice = "ALTER EXTENSION pgjobq UPDATE" if _older(found) else f"use a pgjobq-py that supports {found}"
+    upgrade = (
+        "ALTER EXTENSION pgjobq UPDATE" if installed.mode == "extension" else "pgjobq sql upgrade | psql"
+    )
+    advice = upgrade if _older(installed.version) else f"use a pgjobq-py that supports {installed.version}"
     raise IncompatibleExtension(
         f"pgjobq-py {PACKAGE_VERSION} supports the pgjobq extension {supported}, but this database has "
-        f"{found} ({advice})"
+        f"{installed.version} ({advice})"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,9 +44,15 @@ class Job:
     retried; ``Snooze`` too); to mark it done (the work happened after all),
     return.
 
-    ``_lease_seconds`` is the worker's bookkeeping, not part of the
-    interface: the length of the lease as claimed, in seconds (by the
-    database's clock; a queue's timeout may have cut it short).
+    In a coroutine handler (``AsyncWorker``), ``await
+    job.wait_for_cancel(timeout)`` waits for the same request without
+    blocking the event loop (True once it is set, False at the timeout).
+
+    ``_lease_seconds`` and ``_waited`` are the worker's bookkeeping, not
+    part of the interface: the length of the lease as claimed, and how long
+    the job had been runnable (since its run_at) when it was claimed, both
+    in seconds by the database's clock (a queue's timeout may have cut the
+    lease short).
     """
 
     id: int
@@ -56,11 +63,12 @@ class Job:
     max_attempts: int
     lease: int
     _lease_seconds: float | None = field(default=None, repr=False, compare=False)
+    _waited: float | None = field(default=None, repr=False, compare=False)
     # last, so that a claimed row without headers (most) leaves it out and gets the default
     headers: dict[str, Any] = field(default_factory=dict)
     # Made on first use: most jobs are never asked for it, and an Event costs
     # as much to make as the rest of the job.
-    _cancel: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
+    _cancel: _CancelEvent | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def cancel_requested(self) -> threading.Event:
@@ -70,7 +78,7 @@ class Job:
             with _CANCEL_LOCK:
                 event = self._cancel
                 if event is None:
-                    event = threading.Event()
+                    event = _CancelEvent()
                     object.__setattr__(self, "_cancel", event)  # frozen: the one field made late
         return event
 
@@ -78,3 +86,58 @@ class Job:
         """Whether cancel_requested is set, without making the event (the worker's check)."""
         event = self._cancel
         return event is not None and event.is_set()
+
+    def _request_cancel(self) -> None:
+        """Set cancel_requested (from any thread; a coroutine in wait_for_cancel wakes up)."""
+        self.cancel_requested.set()
+
+    async def wait_for_cancel(self, timeout: float | None = None) -> bool:
+        """Wait (without blocking the event loop) until cancel_requested is set; whether it is.
+
+        timeout None waits for as long as it takes; at the timeout it
+        returns False.  For coroutine handlers; a thread waits on
+        ``job.cancel_requested.wait(timeout)`` instead.
+        """
+        event = self.cancel_requested
+        assert isinstance(event, _CancelEvent)
+        return await event.wait_async(timeout)
+
+
+class _CancelEvent(threading.Event):
+    """Job.cancel_requested: a threading.Event that also wakes the coroutines awaiting it (wait_async)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+
+    def set(self) -> None:
+        with _CANCEL_LOCK:
+            super().set()
+            waiters, self._waiters = self._waiters, []
+        for loop, event in waiters:
+            if loop.is_closed():
+                continue
+            try:
+                same = asyncio.get_running_loop() is loop
+            except RuntimeError:
+                same = False
+            if same:
+                event.set()
+            else:
+                loop.call_soon_threadsafe(event.set)
+
+    async def wait_async(self, timeout: float | None = None) -> bool:
+        """As wait(timeout), awaited on the running event loop without blocking it."""
+        waiter = (asyncio.get_running_loop(), asyncio.Event())
+        with _CANCEL_LOCK:
+            if self.is_set():
+                return True
+            self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter[1].wait(), timeout)
+        except asyncio.TimeoutError:  # (TimeoutError itself from Python 3.11)
+            with _CANCEL_LOCK:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+            return self.is_set()
+        return True

@@ -1,4 +1,4 @@
-"""The named SQL statements of queries.sql, loaded once."""
+"""Named SQL statements, read once from the package's .sql files (queries.sql and those of the extras)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # typing.LiteralString is Python 3.11's; annotations are not evaluated at run time
     from typing import LiteralString
 
-__all__ = ["query"]
+__all__ = ["query", "statements"]
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 
 
 @functools.cache
-def _load() -> dict[str, str]:
-    text = resources.files("pgjobq").joinpath("queries.sql").read_text(encoding="utf-8")
+def statements(package: str, filename: str) -> dict[str, str]:
+    """The statements of package's file filename, by the name each follows (a line ``-- name: NAME``)."""
+    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
     parts = _NAME.split(text)
     # parts: [preamble, name1, body1, name2, body2, ...]
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
@@ -25,4 +26,4 @@ def _load() -> dict[str, str]:
 
 def query(name: str) -> LiteralString:
     """The statement called name in queries.sql (a constant of the package, never user input)."""
-    return _load()[name]  # type checkers read LiteralString as str; these are package constants
+    return statements("pgjobq", "queries.sql")[name]  # type checkers read LiteralString as str

@@ -78,37 +78,39 @@ run on a pool of that many threads.  The loop:
   (the database refuses any whose lease was reaped in between);
 - refuses to start on a database whose pgjobq extension this package does
   not support (IncompatibleExtension), and refuses a coroutine function as
-  handler (ConfigurationError): its jobs would be marked done without running.
+  handler (ConfigurationError): its jobs would be marked done without running
+  (pgjobq.AsyncWorker runs those).
+
+The policy lives in modules both workers share, each one concern, with no
+I/O of its own: WorkerSettings (pgjobq._settings), the jobs in hand
+(pgjobq._in_hand), acknowledgements and failure reports (pgjobq._acks), the
+heartbeat schedule (pgjobq._leases), LISTEN and its probe (pgjobq._listen),
+reap and tick (pgjobq._upkeep), the reconnect backoff (pgjobq._backoff),
+signals (pgjobq._signals), the workers' connections (pgjobq._connections)
+and the observers (pgjobq._observing).  This module holds what is the sync
+Worker's own: the caller's thread doing the talking, handlers inline with
+the keeper thread, or on a pool of threads.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
-import json
 import logging
 import math
-import os
-import random
-import re
 import signal
-import socket
 import threading
 import time
-import uuid
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any, TypeGuard
+from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.types.json import set_json_loads
 
-from pgjobq import _client
+from pgjobq import _acks, _client, _connections, _signals, _tracing
+from pgjobq._backoff import Backoff
 from pgjobq._errors import (
     ConfigurationError,
     Error,
@@ -116,13 +118,27 @@ from pgjobq._errors import (
     JobNotFound,
     LeaseLost,
     PermissionDenied,
-    Retry,
-    Snooze,
     first_line,
 )
 from pgjobq._extension import check_extension
+from pgjobq._in_hand import InHand
 from pgjobq._job import Job
+from pgjobq._leases import Leases, report_lost
+from pgjobq._listen import (
+    CANCEL_CHECK,
+    PROBE_TIMEOUT,
+    cancel_ids,
+    listen_statement,
+    probe_channel,
+    unlisten_statement,
+    warn_not_delivered,
+    warn_wait_refused,
+)
+from pgjobq._observe import Outcome
+from pgjobq._observing import Observers, Timing
 from pgjobq._queries import query
+from pgjobq._settings import WorkerSettings
+from pgjobq._upkeep import Upkeep
 
 __all__ = ["Handler", "Worker", "WorkerSettings"]
 
@@ -130,178 +146,12 @@ logger = logging.getLogger("pgjobq.worker")
 
 Handler = Callable[[Job], object]
 
-# The probe that checks LISTEN works: the listening connection also listens
-# on a channel of its own (this prefix and a random token, so that no other
-# listener ever sees the probe), the work connection notifies it, and the
-# notification must arrive within PROBE_TIMEOUT seconds.
-PROBE_CHANNEL_PREFIX = "pgjobq_probe_"
-PROBE_TIMEOUT = 1.5
-
 # When jobq.wait could not register (a producer's transaction was in flight),
 # listen this long before claiming again.
 REGISTER_RETRY = 0.015
 # Wake this long after the next job's run_at, so that its claim, whose clock
 # is the database's, finds it runnable.
 RUN_AT_MARGIN = 0.002
-
-# jobq.cancel notifies the queue's channel with this prefix and the ids of the
-# running jobs it asked to stop; every other notification there is a wake-up.
-CANCEL_PREFIX = "cancel:"
-# While handlers run, look this often (seconds) for cancel notifications on
-# the listening connection, without waiting on it.
-CANCEL_CHECK = 0.1
-
-
-try:  # optional: parses the worker's payloads in a tenth of json's time
-    import orjson
-except ImportError:  # json then
-    orjson = None  # type: ignore[assignment]
-
-_LONG_NUMBER = re.compile(rb"[0-9][0-9.]{17}").search
-
-
-def _json_loads(data: str | bytes) -> Any:
-    """A payload as json.loads reads it, by orjson (when installed) where it reads the same.
-
-    orjson reads an integer beyond 64 bits as a float, where json keeps it
-    exact.  jsonb prints every number in full (1e300 as 301 digits), so a
-    payload with a run of 18 or more digits and dots goes to json.  A
-    module-level function, not a closure: psycopg caches its loaders by it.
-    """
-    if isinstance(data, bytes) and _LONG_NUMBER(data) is None:
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
-    return json.loads(data)
-
-
-def _ignore(notify: psycopg.Notify) -> None:
-    """A notification handler that drops what it gets."""
-
-
-def default_worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-_DAY = 86400  # upper bound of every interval setting
-# The lease claim gives when neither the worker nor the queue names one.
-DEFAULT_LEASE_SECONDS = _client.DEFAULT_LEASE_TIMEOUT.total_seconds()
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """How a worker claims, waits and recovers.  Times are in seconds.
-
-    ``lease_timeout`` is the length of the leases the worker claims under:
-    the database stores each lease's expiry on its job, every heartbeat
-    extends it by that length, and ``jobq.reap`` (run by any worker)
-    recovers a job only once its own lease has expired, so workers with
-    different lease lengths share a queue safely.  None (the default) claims
-    under the queue's lease_timeout (``jobq.configure_queue``), else 60 s.
-    ``heartbeat_interval`` defaults to a quarter of the shortest lease in
-    hand, as the claims returned them (also a lease the queue's timeout cut
-    short: the worker cannot tell it apart, and heartbeats the job until
-    the database says its deadline has passed).  An explicit heartbeat_interval
-    must be shorter than an explicit lease_timeout; when it is not shorter
-    than a lease the queue gave, the worker says so once and heartbeats
-    such jobs at a quarter of their lease.
-
-    ``queue`` is a queue name, or a list of several: the worker then claims
-    from all of them at once (``jobq.claim_any``), listens on each one's
-    channel and registers as waiting on each.
-
-    ``prepared_statements=False`` stops psycopg from preparing the statements
-    it runs often (``prepare_threshold=None``).  Turn it off behind PgBouncer
-    in transaction pooling mode before version 1.21: a statement prepared on
-    one server connection is missing on the next one a transaction gets.
-
-    Nonsense (a count below 1, a non-finite or non-positive interval, a
-    heartbeat no shorter than the lease) raises ConfigurationError here,
-    before the database is touched.
-    """
-
-    queue: str | Sequence[str] = "default"
-    batch: int = 10
-    concurrency: int = 1
-    poll_interval: float = 1.0
-    lease_timeout: float | None = None  # the queue's (jobq.configure_queue), else the extension's 60 s
-    heartbeat_interval: float | None = None
-    reap_interval: float = 10.0
-    listen: bool = True
-    burst: bool = False
-    name: str = field(default_factory=default_worker_name)
-    reconnect_delay_max: float = 10.0
-    ack_interval: float = 0.005
-    prepared_statements: bool = True
-
-    def __post_init__(self) -> None:
-        def require(ok: bool, message: str) -> None:
-            if not ok:
-                raise ConfigurationError(message)
-
-        def count(name: str, high: int) -> None:
-            value = getattr(self, name)
-            require(_is_int(value), f"{name} must be an integer, got {value!r}")
-            require(1 <= value <= high, f"{name} must be between 1 and {high}, got {value}")
-
-        def seconds(name: str, value: object, *, zero: bool = False) -> None:
-            number = float(value) if _is_number(value) else math.nan
-            low_ok = number >= 0 if zero else number > 0
-            require(
-                low_ok and number <= _DAY,  # NaN fails both comparisons
-                f"{name} must be {'at least 0' if zero else 'positive'} and at most {_DAY} seconds, "
-                f"got {value!r}",
-            )
-
-        if not isinstance(self.queue, str):
-            names = self.queue
-            require(
-                isinstance(names, Sequence) and all(isinstance(q, str) for q in names),
-                f"queue must be a string or a list of strings, got {names!r}",
-            )
-            require(len(names) > 0, "queue must name at least one queue, got an empty list")
-            repeated = sorted({q for q in names if list(names).count(q) > 1})
-            require(not repeated, f"queue names each queue once, got {', '.join(repeated)} more than once")
-            # frozen: one name stays a str (as settings.queue always was), several become a tuple
-            object.__setattr__(self, "queue", names[0] if len(names) == 1 else tuple(names))
-        count("batch", 1000)
-        count("concurrency", 1000)
-        for name in ("poll_interval", "reap_interval", "reconnect_delay_max"):
-            seconds(name, getattr(self, name))
-        for name in ("lease_timeout", "heartbeat_interval"):
-            if getattr(self, name) is not None:  # None: decided by the leases the queue hands out
-                seconds(name, getattr(self, name))
-        heartbeat = self.heartbeat_seconds
-        if heartbeat is not None and self.lease_timeout is not None:
-            require(
-                heartbeat < self.lease_timeout,
-                f"heartbeat_interval ({heartbeat}) must be shorter than lease_timeout ({self.lease_timeout})",
-            )
-        seconds("ack_interval", self.ack_interval, zero=True)
-        if heartbeat is not None:
-            require(self.ack_interval < heartbeat, "ack_interval must be shorter than a heartbeat")
-        require(isinstance(self.name, str) and 0 < len(self.name) <= 200, "name must be 1 to 200 characters")
-
-    @property
-    def queues(self) -> tuple[str, ...]:
-        """The queues the worker claims from: queue, as a tuple of one name or several."""
-        return (self.queue,) if isinstance(self.queue, str) else tuple(self.queue)
-
-    @property
-    def heartbeat_seconds(self) -> float | None:
-        """heartbeat_interval, or a quarter of lease_timeout; None when both are the queue's to decide."""
-        if self.heartbeat_interval is not None:
-            return self.heartbeat_interval
-        return None if self.lease_timeout is None else self.lease_timeout / 4
 
 
 @dataclass
@@ -312,17 +162,7 @@ class _Running:
     future: Future[None]
 
 
-def _is_coroutine_function(handler: object) -> bool:
-    """Whether handler is an async def, or an object whose __call__ is one: calling it makes a coroutine."""
-    call = type(handler).__call__ if not inspect.isroutine(handler) else None
-    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
-
-
-def _name(handler: object) -> str:
-    return str(getattr(handler, "__qualname__", None) or repr(handler))
-
-
-def _call(handler: Handler, job: Job) -> str | None:
+def _call(handler: Handler, job: Job, worker: str) -> str | None:
     """Run handler on job; return its result as JSON text (None: it returned None, no result).
 
     One that hands back something to await fails the job instead of
@@ -331,39 +171,17 @@ def _call(handler: Handler, job: Job) -> str | None:
     count as done.  A result JSON cannot encode, or jsonb cannot store
     (NaN, U+0000, keys that are not strings: as ``pgjobq.complete`` refuses
     them), fails the job with InvalidArgument naming its type, rather than
-    completing it without its result.
+    completing it without its result (pgjobq._acks.encode_result).
     """
-    result = handler(job)
+    with _tracing.process(job, worker):
+        result = handler(job)
     if result is None:  # most handlers: no ABC check, no encoding
         return None
-    if inspect.isawaitable(result):
-        if inspect.iscoroutine(result):
-            result.close()  # never started: no "was never awaited" warning
-        raise TypeError(
-            f"handler {_name(handler)} returned {type(result).__name__}, an awaitable this Worker cannot "
-            "await: the job did not run"
-        )
-    return _client.dump_json(result, f"the handler's result (a {type(result).__name__})")
-
-
-class _CancelledUnstarted(Exception):
-    """The outcome of a job whose cancel was requested before its handler started: handed back."""
+    return _acks.encode_result(handler, result)
 
 
 class _GiveUp(BaseException):
     """Raised by a second SIGTERM/SIGINT into a handler running on the worker's own thread."""
-
-
-def _when(moment: datetime | None) -> str:
-    return "?" if moment is None else moment.isoformat(timespec="seconds")
-
-
-def _warn_overdue(job: Job) -> None:
-    logger.warning(
-        "job %d is past its deadline (its queue's timeout): no more heartbeats; the reaper recovers it "
-        "when its lease ends",
-        job.id,
-    )
 
 
 class Worker:
@@ -380,34 +198,29 @@ class Worker:
     """
 
     def __init__(self, conninfo: str, handler: Handler, settings: WorkerSettings | None = None) -> None:
-        if _is_coroutine_function(handler):
+        if _acks.is_coroutine_function(handler):
             raise ConfigurationError(
-                f"handler {_name(handler)} is a coroutine function (async def): this Worker calls its "
-                "handler and would mark each job done without awaiting it; give it a plain function "
-                "(one that calls asyncio.run, for instance)"
+                f"handler {_acks.handler_name(handler)} is a coroutine function (async def): this Worker "
+                "calls its handler and would mark each job done without awaiting it; give it a plain "
+                "function (one that calls asyncio.run, for instance), or run it with pgjobq.AsyncWorker"
             )
         self.conninfo = conninfo
         self.handler = handler
         self.settings = settings or WorkerSettings()
-        lease_timeout = self.settings.lease_timeout
         queues = self.settings.queues
         # Several queues: jobq.claim_any (after complete_many: there is no complete_and_claim_any), and
         # jobq.wait on each queue, in one statement.
         self._several = len(queues) > 1
         self._queue_names = ", ".join(queues)  # for logs
         # The hot statements' parameters, checked once (by WorkerSettings) rather than at every claim.
-        where: dict[str, Any] = {"queues": list(queues)} if self._several else {"queue": queues[0]}
-        self._claim_params: dict[str, Any] = {
-            **where,
-            "n": self.settings.batch,
-            "worker": self.settings.name,
-            "lease_timeout": None if lease_timeout is None else timedelta(seconds=lease_timeout),
-        }
-        self._wait_params: dict[str, Any] = {
-            **where,
-            "worker": self.settings.name,
-            "up_to": timedelta(seconds=self.settings.poll_interval),
-        }
+        self._claim_params = self.settings.claim_params()
+        self._wait_params = self.settings.wait_params()
+        self._name = self.settings.name
+        # Observers (settings.observers): falsy when none, so that the hot path tests one truth value.
+        self._observers = Observers(self.settings.observers)
+        self._observing = bool(self.settings.observers)  # a plain bool: tested on the hot path
+        self._timing = Timing()
+        self._reconnecting = False  # the connections were lost: tell the observers once made again
         self.processed = 0
         self.abandoned = 0  # jobs left in hand by a forced stop (a second stop())
         self._stop = threading.Event()
@@ -419,8 +232,8 @@ class Worker:
         self._pool: ThreadPoolExecutor | None = None  # handler threads (concurrency > 1)
         # Jobs in hand.  Handler threads append to _finished (deque appends are
         # thread-safe).  The keeper thread (concurrency 1) shares _backlog,
-        # _current, _ok, _results, _failed, _oldest_unacked, _leased_at,
-        # _overdue, _heartbeat_every, _next_heartbeat,
+        # _current, _hand (the backlog and the outcomes collected), _leases
+        # (the heartbeat schedule),
         # _next_listen_check, _keeper_due and processed: they change under
         # _lock.  Everything else belongs to the loop's thread.
         self._lock = threading.Lock()
@@ -430,31 +243,19 @@ class Worker:
         # start notifies it only when something falls due before that.
         self._keeper_due = math.inf
         self._closing = False  # tells the keeper to end
-        self._backlog: deque[Job] = deque()  # claimed, not started: handed back on stop
+        # claimed, not started (handed back on stop), and the outcomes collected, to acknowledge
+        self._hand = InHand()
         self._current: Job | None = None  # its handler runs on the loop's thread now (concurrency 1)
         self._in_handler = False  # a second signal may interrupt the handler now
         self._running: dict[int, _Running] = {}  # given to a handler thread
         # handler returned: (job, exception or None, result as JSON text or None)
         self._finished: deque[tuple[Job, BaseException | None, str | None]] = deque()
-        self._ok: list[Job] = []  # handlers that returned, collected: to acknowledge
-        self._results: dict[tuple[int, int], str] = {}  # the results of those in _ok that have one
-        self._failed: list[tuple[Job, BaseException]] = []  # handlers that raised, collected: to report
-        self._oldest_unacked = 0.0  # when the oldest result in _ok and _failed was collected
-        # Heartbeats: every _heartbeat_every seconds, from the leases in hand.
-        self._heartbeat_every = self.settings.heartbeat_seconds or DEFAULT_LEASE_SECONDS / 4
-        self._warned_heartbeat = False  # said once that heartbeat_interval is too long for a lease
-        self._next_heartbeat = 0.0
-        # when this worker took or last extended each lease it holds (monotonic clock)
-        self._leased_at: dict[int, float] = {}
-        # jobs in hand past their deadline, as heartbeat_status said: no more heartbeats
-        self._overdue: set[int] = set()
+        # Heartbeats: every _leases.every seconds, from the leases in hand.
+        self._leases = Leases(self.settings, self._queue_names)
         self._next_listen_check = 0.0  # when to look for cancel notifications next, while handlers run
-        self._next_reap = 0.0
+        self._upkeep = Upkeep()  # reap and tick: when next, and whether this role may
         self._drained = False  # burst mode: the queue had no runnable job
         self._poll_only = False  # the LISTEN probe failed on this connection: poll until reconnected
-        self._may_reap = True  # False once jobq.reap was refused to this role
-        self._may_tick = True  # False once jobq.tick was refused to this role
-        self._tick_failing = False  # the last tick failed (warned once)
         self._may_wait = True  # False once jobq.wait was refused to this role
         self._started = False  # said so, once connected to a database it supports
 
@@ -474,7 +275,7 @@ class Worker:
 
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Work until stop() (or SIGTERM/SIGINT), or in burst mode until the queue has no runnable job."""
-        previous = self._install_signal_handlers() if install_signal_handlers else {}
+        restore_signals = self._install_signal_handlers() if install_signal_handlers else None
         if self.settings.concurrency > 1:
             self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="pgjobq-handler")
         else:
@@ -486,8 +287,8 @@ class Worker:
             pass  # a second signal interrupted a handler: its job is abandoned below
         finally:
             self.abandoned = (
-                len(self._backlog) + len(self._running) + len(self._finished) + len(self._ok)
-                + len(self._failed) + (self._current is not None)
+                len(self._hand.backlog) + len(self._running) + len(self._finished) + len(self._hand.ok)
+                + len(self._hand.failed) + (self._current is not None)
             )  # fmt: skip
             if self.abandoned:
                 logger.warning("abandoning %d job(s) in hand; the reaper will recover them", self.abandoned)
@@ -495,36 +296,36 @@ class Worker:
             if self._pool is not None:
                 self._pool.shutdown(wait=not self.abandoned, cancel_futures=True)
             self._disconnect()
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            if restore_signals is not None:
+                restore_signals()
         logger.info("worker %s stopped after %d jobs", self.settings.name, self.processed)
 
     # -- the loop -------------------------------------------------------------
 
     def _in_hand(self) -> bool:
-        return bool(
-            self._backlog or self._current or self._running or self._finished or self._ok or self._failed
-        )
+        return bool(self._hand or self._current or self._running or self._finished)
 
     def _work(self) -> None:
-        delay = 0.0
+        backoff = Backoff(self.settings.reconnect_delay_max)
         while self._stop_requests < 2 and (self._in_hand() or not (self.stopping or self._drained)):
             try:
                 self._connect()
+                if self._reconnecting:
+                    self._reconnecting = False
+                    if self._observing:
+                        self._observers.reconnected()
                 self._step()
-                delay = 0.0  # only a step that worked ends the backoff, not a connection alone
+                backoff.reset()  # only a step that worked ends the backoff, not a connection alone
             except psycopg.OperationalError as exc:
                 self._disconnect()
-                # Doubling from 0.5 s up to the cap, less up to a quarter at
-                # random so that a fleet of workers does not retry in step.
-                delay = min(self.settings.reconnect_delay_max, max(0.5, delay * 2))
-                pause = delay * random.uniform(0.75, 1.0)
+                self._reconnecting = self._started  # a reconnect once it had connected
+                pause = backoff.next()  # doubling up to reconnect_delay_max, with jitter
                 logger.warning("database unavailable (%s); retrying in %.1f s", first_line(exc), pause)
                 self._sleep(pause)
 
     def _step(self) -> None:
         self._collect()
-        batch_over = not self._running and not self._backlog
+        batch_over = not self._running and not self._hand.backlog
         if not self.stopping:
             self._start_handlers()  # idle handler threads first: the acknowledgement can wait for them
         if self._claiming() and batch_over:
@@ -538,10 +339,10 @@ class Worker:
         now = time.monotonic()
         if self._running and self._listen_conn is not None and now >= self._next_listen_check:
             self._look_for_cancels_if_due(keeper=False)  # handler threads run: the keeper's job in effect
-        if now >= self._next_reap:
+        if now >= self._upkeep.next_due:
             self._reap()
             self._tick()
-            self._next_reap = now + self.settings.reap_interval
+            self._upkeep.next_due = now + self.settings.reap_interval
         self._start_handlers()
         if self._claiming() and self._claim():
             return
@@ -571,9 +372,11 @@ class Worker:
         assert conn is not None
         if self._several:
             self._complete_many()
+            began = time.perf_counter()
             jobs = _client.claim_any_unchecked(conn, self._claim_params, prepare=True)
-            return self._claimed(jobs)
+            return self._claimed(jobs, began)
         successes, results = self._take_successes()
+        began = time.perf_counter()
         settled = not successes  # once true, a failure below leaves the successes alone
         try:
             if successes:
@@ -590,6 +393,7 @@ class Worker:
                         raise
                     settled = True
                     self._complete_singly(conn, successes, results)
+                    began = time.perf_counter()
                     jobs = _client.claim_unchecked(conn, self._claim_params, prepare=True)
                 else:
                     settled = True
@@ -600,10 +404,14 @@ class Worker:
             if not settled:
                 self._restore_successes(successes, results)
             raise
-        return self._claimed(jobs)
+        return self._claimed(jobs, began)
 
-    def _claimed(self, jobs: list[Job]) -> bool:
-        """Take the jobs a claim returned in hand; whether there were any."""
+    def _claimed(self, jobs: list[Job], began: float) -> bool:
+        """Take the jobs a claim (sent at perf_counter began) returned in hand; whether there were any."""
+        if self._observing:
+            now = time.perf_counter()
+            self._observers.claimed(self.settings.queues, jobs, now - began)
+            self._timing.held(jobs, now)
         if jobs:
             self._hold(jobs)
             self._start_handlers()
@@ -616,39 +424,10 @@ class Worker:
     def _hold(self, jobs: list[Job]) -> None:
         """Take the jobs just claimed into the backlog, and schedule their heartbeats from their leases."""
         now = time.monotonic()
-        leases = [job._lease_seconds for job in jobs if job._lease_seconds is not None]
-        shortest = min(leases, default=math.inf)
-        interval = self._interval_for(shortest) if shortest < math.inf else None
         with self._lock:
-            if self._backlog or self._running or self._current is not None:
-                self._leased_at.update((job.id, now) for job in jobs)
-                if interval is not None and interval < self._heartbeat_every:
-                    self._heartbeat_every = interval
-                    self._next_heartbeat = min(self._next_heartbeat, now + interval)
-            else:  # nothing else in hand: the lease times of finished jobs can go
-                self._leased_at = {job.id: now for job in jobs}
-                self._overdue.clear()
-                if interval is not None:
-                    self._heartbeat_every = interval
-                # and no lease in hand needs a heartbeat before one interval from now
-                self._next_heartbeat = now + self._heartbeat_every
-            self._backlog.extend(jobs)
-
-    def _interval_for(self, lease: float) -> float:
-        """The heartbeat interval that keeps a lease of that many seconds: heartbeat_interval if shorter, or
-        a quarter of it."""
-        interval = self.settings.heartbeat_interval
-        if interval is not None:
-            if interval < lease:
-                return interval
-            if not self._warned_heartbeat:
-                self._warned_heartbeat = True
-                logger.warning(
-                    "heartbeat_interval (%g s) is not shorter than the %.3g s leases of queue %s; "
-                    "heartbeating those jobs every %.3g s instead",
-                    interval, lease, self._queue_names, lease / 4,
-                )  # fmt: skip
-        return lease / 4
+            alone = not (self._hand.backlog or self._running or self._current is not None)
+            self._leases.held(jobs, now, alone=alone)
+            self._hand.hold(jobs)
 
     def _start_handlers(self) -> None:
         """Give backlog jobs to idle handler threads (never more: the rest stays ours to hand back).
@@ -661,34 +440,38 @@ class Worker:
         if self._pool is None:
             self._run_backlog()
             return
-        while self._backlog and len(self._running) < self.settings.concurrency:
-            job = self._backlog.popleft()
+        while self._hand.backlog and len(self._running) < self.settings.concurrency:
+            job = self._hand.backlog.popleft()
             if job._cancel_is_set():
-                self._record(job, _CancelledUnstarted(), None)
+                self._record(job, _acks.CancelledUnstarted(), None)
                 continue
+            if self._observing:
+                self._observers.started(job, self._timing.start(job, time.perf_counter()))
             future = self._pool.submit(self._run_handler, job)
             self._running[job.id] = _Running(job, future)
 
     def _run_backlog(self) -> None:
         """Run the backlog's handlers on this thread (concurrency 1); the keeper watches meanwhile."""
-        while self._backlog and not self.stopping:
+        while self._hand.backlog and not self.stopping:
             with self._lock:
-                job = self._backlog.popleft()
+                job = self._hand.backlog.popleft()
                 if job._cancel is not None and job._cancel.is_set():  # (inline: this runs for every job)
-                    self._record(job, _CancelledUnstarted(), None)
+                    self._record(job, _acks.CancelledUnstarted(), None)
                     continue
                 self._current = job
-                due = self._next_heartbeat
-                if self._ok:
-                    due = min(due, self._oldest_unacked + self.settings.ack_interval)
+                due = self._leases.next_due
+                if self._hand.ok:
+                    due = min(due, self._hand.oldest_unacked + self.settings.ack_interval)
                 if self._listen_conn is not None and self._next_listen_check < due:
                     due = self._next_listen_check
                 if due < self._keeper_due:  # the keeper would sleep through it: wake it to rearm
                     self._keeper_due = due  # once: it may take a while to run, and recomputes anyway
                     self._keeper_wake.notify()
+            if self._observing:
+                self._observers.started(job, self._timing.start(job, time.perf_counter()))
             self._in_handler = True
             try:
-                result = _call(self.handler, job)
+                result = _call(self.handler, job, self._name)
             except _GiveUp:
                 raise  # a second signal: the job stays _current, to be abandoned
             except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
@@ -698,6 +481,8 @@ class Worker:
                 error = None
             finally:
                 self._in_handler = False
+                if self._observing:
+                    self._timing.end(job, time.perf_counter())
             with self._lock:
                 self._record(job, error, result)
                 self._current = None
@@ -705,18 +490,22 @@ class Worker:
     def _run_handler(self, job: Job) -> None:
         """Runs on a handler thread: records the handler's exception (None on success) in _finished."""
         try:
-            result = _call(self.handler, job)
+            result = _call(self.handler, job, self._name)
         except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
+            if self._observing:
+                self._timing.end(job, time.perf_counter())
             self._finished.append((job, exc, None))
         else:
+            if self._observing:
+                self._timing.end(job, time.perf_counter())
             self._finished.append((job, None, result))
 
     def _wait_for_handlers(self) -> None:
         """Sleep until a handler finishes, a heartbeat or an acknowledgement is due, it is time to look for
         cancel notifications, or a poll interval."""
-        deadline = min(self._next_heartbeat, time.monotonic() + self.settings.poll_interval)
-        if self._ok or self._failed:
-            deadline = min(deadline, self._oldest_unacked + self.settings.ack_interval)
+        deadline = min(self._leases.next_due, time.monotonic() + self.settings.poll_interval)
+        if self._hand.ok or self._hand.failed:
+            deadline = min(deadline, self._hand.oldest_unacked + self.settings.ack_interval)
         if self._listen_conn is not None:
             deadline = min(deadline, self._next_listen_check)
         timeout = max(0.0, deadline - time.monotonic())
@@ -733,7 +522,7 @@ class Worker:
         (``cancel:<ids>``) is no wake-up: it only concerns jobs in hand.
         """
         # also woken for the next reap and tick: schedules advance every reap_interval
-        deadline = min(time.monotonic() + self.settings.poll_interval, self._next_reap)
+        deadline = min(time.monotonic() + self.settings.poll_interval, self._upkeep.next_due)
         conn, listen = self._conn, self._listen_conn
         if listen is None or not self._may_wait:
             self._listen_until(deadline, listen)
@@ -752,12 +541,7 @@ class Worker:
                 registered, _, next_run_in = _client.wait_unchecked(conn, self._wait_params, prepare=True)
         except PermissionDenied as exc:
             self._may_wait = False
-            logger.warning(
-                "not registering as waiting: jobq.wait was refused to this worker's role (%s); enqueues "
-                "notify only while another worker waits, so this one mostly polls every %s s",
-                first_line(exc),
-                self.settings.poll_interval,
-            )
+            warn_wait_refused(first_line(exc), self.settings.poll_interval)
             return
         if not registered:  # a producer is in flight: claim again soon (or when another waiter is notified)
             if self._listen_until(time.monotonic() + REGISTER_RETRY, listen):
@@ -800,10 +584,11 @@ class Worker:
         """
         woken = False
         for notify in listen.notifies(timeout=timeout, stop_after=stop_after):
-            if notify.payload.startswith(CANCEL_PREFIX):
-                self._cancels_notified(notify.payload)
-            else:
+            ids = cancel_ids(notify.payload)
+            if ids is None:
                 woken = True
+            else:
+                self._request_cancel(ids, "by notification")
         return woken
 
     def _sleep(self, seconds: float) -> None:
@@ -840,11 +625,6 @@ class Worker:
         finally:
             self._listen_lock.release()
 
-    def _cancels_notified(self, payload: str) -> None:
-        """A notification ``cancel:<id>,<id>,...``: the jobs in hand among those ids are to stop."""
-        ids = {int(part) for part in payload[len(CANCEL_PREFIX) :].split(",") if part.strip().isdigit()}
-        self._request_cancel(ids, "by notification")
-
     def _request_cancel(self, ids: Collection[int], how: str) -> None:
         """Set cancel_requested on the jobs in hand, not finished, whose id is in ids."""
         if not ids:
@@ -852,7 +632,7 @@ class Worker:
         with self._lock:
             jobs = [job for job in self._unfinished() if job.id in ids and not job._cancel_is_set()]
         for job in jobs:
-            job.cancel_requested.set()
+            job._request_cancel()
             logger.info("job %d: cancel requested (heard %s)", job.id, how)
 
     # -- acknowledging ------------------------------------------------------
@@ -865,15 +645,10 @@ class Worker:
             self._record(job, outcome, result)
 
     def _record(self, job: Job, outcome: BaseException | None, result: str | None) -> None:
-        """Add a handler's outcome (and result, as JSON text) to the results to report."""
-        if not self._ok and not self._failed:
-            self._oldest_unacked = time.monotonic()
-        if outcome is None:
-            self._ok.append(job)
-            if result is not None:
-                self._results[job.id, job.lease] = result
-        else:
-            self._failed.append((job, outcome))
+        """Add a handler's outcome (and result, as JSON text) to the results to report (under the lock)."""
+        self._hand.record(job, outcome, result, time.monotonic())
+        if self._observing:
+            self._observers.pending(self._hand.pending)
 
     def _take_successes(self) -> tuple[list[Job], list[str | None] | None]:
         """Take the successes collected, and their results aligned with them (None when none has one), to
@@ -882,23 +657,13 @@ class Worker:
         Taken under the lock, so that the keeper and the loop never send the same one.
         """
         with self._lock:
-            successes, self._ok = self._ok, []
-            if not self._results:
-                return successes, None
-            results, self._results = self._results, {}
-        return successes, [results.get((job.id, job.lease)) for job in successes]
+            return self._hand.take_successes()
 
     def _restore_successes(self, successes: list[Job], results: list[str | None] | None) -> None:
         """Put back successes whose acknowledgement failed, to send again."""
         if successes:
             with self._lock:
-                if not self._ok and not self._failed:
-                    self._oldest_unacked = time.monotonic()
-                self._ok[:0] = successes
-                if results is not None:
-                    for job, result in zip(successes, results, strict=True):
-                        if result is not None:
-                            self._results[job.id, job.lease] = result
+                self._hand.restore_successes(successes, results, time.monotonic())
 
     def _acknowledge(self, *, now: bool) -> None:
         """Report the results collected: successes in one statement, failures one by one.
@@ -907,8 +672,8 @@ class Worker:
         statement and one commit acknowledge many jobs.  If the connection
         drops meanwhile, what was not reported is sent after reconnecting.
         """
-        if not (self._ok or self._failed) or not (
-            now or time.monotonic() >= self._oldest_unacked + self.settings.ack_interval
+        if not (self._hand.ok or self._hand.failed) or not (
+            now or self._hand.ack_due(time.monotonic(), self.settings.ack_interval)
         ):
             return
         self._complete_many()
@@ -971,98 +736,56 @@ class Worker:
 
     def _acknowledged(self, successes: list[Job], accepted: set[int]) -> None:
         """Log the outcome of acknowledging successes: accepted, or refused as stale."""
-        if logger.isEnabledFor(logging.INFO):
-            for job in successes:
-                if job.id in accepted:
-                    logger.info("job %d done (attempt %d)", job.id, job.attempts)
-        if len(accepted) < len(successes):
-            for job in successes:
-                if job.id not in accepted:
-                    self._lost(job, "result discarded")
+        if len(accepted) < len(successes) or self._observing or logger.isEnabledFor(logging.INFO):
+            outcomes = _acks.acknowledged(successes, accepted)
+        else:
+            outcomes = []
         with self._lock:
             self.processed += len(successes)
-
-    def _lost(self, job: Job, what: str) -> None:
-        """Log that the database refused job's lease: a warning, unless the job was cancelled meanwhile."""
-        if job._cancel_is_set():  # most likely cancelled by force, which voids the lease
-            logger.info("job %d: lease %d void (cancelled meanwhile?); %s", job.id, job.lease, what)
-        else:
-            logger.warning("job %d: lease %d lost; %s", job.id, job.lease, what)
+            pending = self._hand.pending
+        if self._observing:
+            for job, outcome in outcomes:
+                self._observers.finished(job, outcome, self._timing.settled(job))
+            self._observers.pending(pending)
 
     def _report_failures(self) -> None:
         """Report the failures collected, one statement each (they are rare; each needs its own row)."""
-        if not self._failed:
+        if not self._hand.failed:
             return
         with self._lock:
-            failures = list(self._failed)
+            failures = list(self._hand.failed)
         for job, error in failures:
-            self._report_failure(job, error)
+            outcome = self._report_failure(job, error)
             with self._lock:
                 self.processed += 1
-                self._failed.remove((job, error))
+                self._hand.failed.remove((job, error))
+                pending = len(self._hand.ok) + len(self._hand.failed)
+            if self._observing:
+                self._observers.finished(job, outcome, self._timing.settled(job))
+                self._observers.pending(pending)
 
-    def _report_failure(self, job: Job, error: BaseException) -> None:
-        """Report one outcome other than success: jobq.release for a job cancelled before it started,
-        jobq.snooze for Snooze, jobq.fail for the rest (with retry_in for Retry)."""
-        assert self._conn is not None
-        if isinstance(error, _CancelledUnstarted):
-            try:
-                _client.release(self._conn, job.id, job.lease)
-            except (LeaseLost, JobNotFound):
-                self._lost(job, "not started")
-                return
-            logger.info("job %d: cancel requested before it started; handed back unstarted", job.id)
-            return
-        if isinstance(error, Snooze):
-            try:
-                run_at = _client.snooze(self._conn, job.id, job.lease, error.delay)
-            except (LeaseLost, JobNotFound):
-                self._lost(job, "snooze discarded")
-                return
-            except InvalidArgument as refused:  # a delay the database does not take: a failure then
-                error = refused
-            else:
-                if run_at is None:  # its cancel was requested: cancelled instead
-                    logger.info("job %d cancelled (its handler asked to snooze)", job.id)
-                else:
-                    logger.info(
-                        "job %d snoozed for %s s, until %s (attempt %d given back)",
-                        job.id, error.delay.total_seconds(), _when(run_at), job.attempts,
-                    )  # fmt: skip
-                return
-        retry_in = error.after if isinstance(error, Retry) else None
-        cause = error.__cause__ if isinstance(error, Retry) else None
-        failure = cause if cause is not None else error
-        message = f"{type(failure).__name__}: {failure}"
-        try:
-            status, run_at = _client.fail(self._conn, job.id, message, job.lease, retry_in=retry_in)
-        except (LeaseLost, JobNotFound):
-            self._lost(job, f"failure discarded ({message})")
-            return
-        if status == "cancelled":
-            logger.info("job %d cancelled (attempt %d): %s", job.id, job.attempts, message)
-        elif status == "failed":
-            logger.error(
-                "job %d failed for good (attempt %d/%d): %s", job.id, job.attempts, job.max_attempts, message
-            )
-        else:
-            logger.warning(
-                "job %d failed (attempt %d/%d), retry at %s: %s",
-                job.id, job.attempts, job.max_attempts, _when(run_at), message,
-            )  # fmt: skip
+    def _report_failure(self, job: Job, error: BaseException) -> Outcome:
+        """Report one outcome other than success (pgjobq._acks.report: release, snooze or fail)."""
+        conn = self._conn
+        assert conn is not None
+        return _acks.drive(_acks.report(job, error), lambda call: _client._run(conn, call))
 
     def _release_backlog(self) -> None:
         """Hand back the jobs claimed but not started: their attempt does not count."""
         assert self._conn is not None
-        while self._backlog:
-            job = self._backlog[0]
+        while self._hand.backlog:
+            job = self._hand.backlog[0]
             try:
                 _client.release(self._conn, job.id, job.lease)
                 logger.info("job %d handed back unstarted", job.id)
+                outcome: Outcome = "released"
             except (LeaseLost, JobNotFound):
-                self._lost(job, "not handed back")
+                _acks.lost(job, "not handed back")
+                outcome = "lost"
+            if self._observing:
+                self._observers.finished(job, outcome, self._timing.settled(job))
             with self._lock:
-                self._backlog.popleft()
+                self._hand.backlog.popleft()
 
     # -- keeping leases and recovering others' ------------------------------
 
@@ -1070,7 +793,7 @@ class Worker:
         """The jobs in hand whose handler has not returned (call under the lock)."""
         current = [self._current] if self._current is not None else []
         running = [r.job for r in self._running.values() if not r.future.done()]
-        return current + running + list(self._backlog)
+        return current + running + list(self._hand.backlog)
 
     def _heartbeat(self) -> None:
         """When a heartbeat is due, extend in one statement the lease of every job in hand not finished.
@@ -1091,56 +814,22 @@ class Worker:
         assert conn is not None
         with self._lock:
             now = time.monotonic()
-            if now < self._next_heartbeat:
+            if now < self._leases.next_due:  # most calls: before listing the jobs in hand
                 return
-            unfinished = self._unfinished()
-            self._leased_at = {job.id: self._leased_at.get(job.id, 0.0) for job in unfinished}
-            if self._overdue:
-                self._overdue.intersection_update(self._leased_at)
-            live = [job for job in unfinished if job.id not in self._overdue]
-            leases = [job._lease_seconds for job in live if job._lease_seconds is not None]
-            if leases:
-                self._heartbeat_every = self._interval_for(min(leases))
-            interval = self._heartbeat_every
-            self._next_heartbeat = now + interval
-            due = [
-                job
-                for job in live
-                if now - self._leased_at[job.id] >= interval or 2 * interval >= (job._lease_seconds or 0.0)
-            ]
+            due = self._leases.due(self._unfinished(), now)
         if not due:
             return
         rows = _client.heartbeat_status_unchecked(
             conn, [job.id for job in due], [job.lease for job in due], prepare=True
         )
-        held: set[int] = set()
-        cancels: list[int] = []
-        overdue: list[int] = []
-        for job_id, cancel_requested, past in rows:
-            held.add(job_id)
-            if cancel_requested:
-                cancels.append(job_id)
-            if past:
-                overdue.append(job_id)
         with self._lock:
-            for job_id in held:
-                self._leased_at[job_id] = now
-            newly_overdue = set(overdue) - self._overdue
-            self._overdue.update(newly_overdue)
+            beat = self._leases.beat(rows, now)
             # A job whose handler returned meanwhile (perhaps after completing it in its
             # own transaction) is not lost yet: the acknowledgement tells whether the lease held.
             still = {job.id for job in self._unfinished()}
-        for job in due:
-            if job.id in newly_overdue:
-                _warn_overdue(job)
-            if job.id not in held and job.id in still:
-                if job._cancel_is_set():
-                    logger.info("job %d: lease %d void (cancelled meanwhile?)", job.id, job.lease)
-                else:
-                    logger.warning("job %d: lease %d lost while in hand; its result will be discarded",
-                                   job.id, job.lease)  # fmt: skip
-                    job.cancel_requested.set()  # its handler may as well stop
-        self._request_cancel(cancels, "at a heartbeat")
+        for job in report_lost(due, beat, still):
+            job._request_cancel()  # its handler may as well stop
+        self._request_cancel(beat.cancels, "at a heartbeat")
 
     # -- the keeper thread (concurrency 1) -------------------------------------
 
@@ -1162,7 +851,7 @@ class Worker:
                     if self._closing:
                         return
                     now = time.monotonic()
-                    due = self._next_heartbeat
+                    due = self._leases.next_due
                     if self._listen_conn is not None:
                         if self._current is None and self._next_listen_check <= now:
                             self._next_listen_check = now + CANCEL_CHECK  # no handler runs: none to stop
@@ -1171,8 +860,8 @@ class Worker:
                         # between handlers: the loop's; until the next heartbeat at most, or notified
                         self._keeper_due = due if due > now else math.inf
                     else:
-                        if self._ok:
-                            due = min(due, self._oldest_unacked + self.settings.ack_interval)
+                        if self._hand.ok:
+                            due = min(due, self._hand.oldest_unacked + self.settings.ack_interval)
                         if now >= due:
                             break
                         self._keeper_due = due
@@ -1194,12 +883,12 @@ class Worker:
                 logger.debug("keeper: %s; left to the worker's loop", failed)
                 with self._lock:
                     if not self._closing:
-                        self._keeper_wake.wait(min(1.0, self._heartbeat_every))
+                        self._keeper_wake.wait(min(1.0, self._leases.every))
 
     def _complete_many_due(self) -> None:
         """Acknowledge the successes collected, if the oldest has waited ack_interval."""
         with self._lock:
-            due = time.monotonic() >= self._oldest_unacked + self.settings.ack_interval
+            due = time.monotonic() >= self._hand.oldest_unacked + self.settings.ack_interval
         if due:
             self._complete_many()
 
@@ -1219,20 +908,14 @@ class Worker:
         workers, or a scheduled ``SELECT jobq.reap()``, must then reap.
         """
         assert self._conn is not None
-        if not self._may_reap:
+        if not self._upkeep.may_reap:
             return
         try:
             reaped = _client.reap(self._conn)
         except PermissionDenied as exc:
-            self._may_reap = False
-            logger.warning(
-                "not reaping: jobq.reap was refused to this worker's role (%s); reaping is left to other "
-                "workers or a scheduled SELECT jobq.reap()",
-                first_line(exc),
-            )
+            self._upkeep.reap_refused(exc)
             return
-        for job_id, queue, status in reaped:
-            logger.warning("reaped job %d of queue %s: its lease expired; now %s", job_id, queue, status)
+        self._upkeep.reaped(reaped)
 
     def _tick(self) -> None:
         """Enqueue the occurrences of the schedules that are due (jobq.tick), unless refused to this role.
@@ -1245,22 +928,17 @@ class Worker:
         others (another worker, or pg_cron); the worker carries on either way.
         """
         assert self._conn is not None
-        if not self._may_tick:
+        if not self._upkeep.may_tick:
             return
         try:
             enqueued = _client.tick(self._conn)
         except PermissionDenied as exc:
-            self._may_tick = False
-            logger.debug("not ticking: jobq.tick was refused to this worker's role (%s)", first_line(exc))
+            self._upkeep.tick_refused(exc)
             return
         except Error as exc:
-            log = logger.debug if self._tick_failing else logger.warning
-            log("jobq.tick failed, schedules wait: %s", first_line(exc))
-            self._tick_failing = True
+            self._upkeep.tick_failed(exc)
             return
-        self._tick_failing = False
-        if enqueued:
-            logger.debug("tick: %d scheduled job(s) enqueued", enqueued)
+        self._upkeep.ticked(enqueued)
 
     # -- connections --------------------------------------------------------
 
@@ -1280,8 +958,8 @@ class Worker:
             # Behind a transaction-pooling PgBouncer a LISTEN left on a shared
             # server connection can deliver notifications here; drop them
             # (psycopg would otherwise keep them for a notifies() never called).
-            self._conn.add_notify_handler(_ignore)
-            self._next_heartbeat = 0.0
+            self._conn.add_notify_handler(_connections.ignore_notify)
+            self._leases.next_due = 0.0
         if (
             self.settings.listen
             and not self._poll_only
@@ -1295,14 +973,9 @@ class Worker:
                     # Wake-ups sent before this LISTEN are not missed: a claim follows every connect.
                     # Cancel requests are not either: the next heartbeat brings them.
                     for channel in channels:
-                        self._listen_conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                        self._listen_conn.execute(listen_statement(channel))
             if not arrive:
-                logger.warning(
-                    "notifications do not reach this worker's listening connection (a "
-                    "transaction-pooling PgBouncer?); not listening on %s, polling every %s s instead",
-                    ", ".join(channels),
-                    self.settings.poll_interval,
-                )
+                warn_not_delivered(channels, self.settings.poll_interval)
                 with self._listen_lock:
                     self._listen_conn.close()
                     self._listen_conn = None
@@ -1319,24 +992,23 @@ class Worker:
         _listen_lock held.
         """
         assert self._conn is not None and self._listen_conn is not None
-        probe = f"{PROBE_CHANNEL_PREFIX}{uuid.uuid4().hex}"
-        self._listen_conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(probe)))
+        probe = probe_channel()
+        self._listen_conn.execute(listen_statement(probe))
         self._conn.execute(query("probe_notify"), {"channel": probe})
         with contextlib.closing(self._listen_conn.notifies(timeout=PROBE_TIMEOUT)) as notifies:
             arrived = any(n.channel == probe for n in notifies)
         # Also when it did not arrive: behind a transaction-pooling PgBouncer the LISTEN stays on a
         # server connection other clients share, and this UNLISTEN may reach it (it is best effort).
-        self._listen_conn.execute(sql.SQL("UNLISTEN {}").format(sql.Identifier(probe)))
+        self._listen_conn.execute(unlisten_statement(probe))
         if arrived:
             logger.debug("LISTEN works here: the probe notification arrived")
         return arrived
 
     def _open(self, role: str) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(self.conninfo, autocommit=True, application_name=self._app_name(role))
-        if not self.settings.prepared_statements:
-            conn.prepare_threshold = None
-        if orjson is not None:
-            set_json_loads(_json_loads, conn)
+        conn = psycopg.connect(
+            self.conninfo, autocommit=True, application_name=_connections.app_name(role, self.settings)
+        )
+        _connections.configure(conn, self.settings)
         return conn
 
     def _disconnect(self) -> None:
@@ -1348,15 +1020,9 @@ class Worker:
         self._conn = self._listen_conn = None
         self._poll_only = False  # the next connection gets its own probe
 
-    def _app_name(self, role: str = "worker") -> str:
-        return f"pgjobq {role} {self.settings.name}"[:63]
-
     # -- signals ------------------------------------------------------------
 
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
+    def _install_signal_handlers(self) -> Callable[[], None]:
         def on_signal(signum: int, frame: FrameType | None) -> None:
             if self.stopping:
                 logger.warning("second %s: giving up the jobs in hand", signal.Signals(signum).name)
@@ -1366,4 +1032,4 @@ class Worker:
             if self._stop_requests >= 2 and self._in_handler:
                 raise _GiveUp  # out of the handler running on this thread
 
-        return {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+        return _signals.install(on_signal)

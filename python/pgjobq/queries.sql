@@ -36,10 +36,13 @@ SELECT jobq.enqueue_flow(%(queue)s, %(steps)s::jsonb)
 -- lease's length as claimed, in seconds, by the database's clock alone (a
 -- queue's timeout may cut it short: the deadline itself is the database's, in
 -- jobq.deadlines, and the worker learns from heartbeat_status that it has
--- passed); headers last (NULL for most jobs: the client leaves the column out
--- then, rather than parse an empty object for each)
+-- passed); then how long the job had been runnable when claimed (locked_at -
+-- run_at, in seconds, by the database's clock: Job._waited, for the observers);
+-- headers last (NULL for most jobs: the client leaves the column out then,
+-- rather than parse an empty object for each)
 SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
        extract(epoch FROM lease_expires_at - locked_at)::float8,
+       extract(epoch FROM locked_at - run_at)::float8,
        headers
   FROM jobq.claim(%(queue)s, %(n)s, %(worker)s, %(lease_timeout)s::interval)
 
@@ -47,6 +50,7 @@ SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
 -- one claim over several queues, with claim's columns (see claim)
 SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
        extract(epoch FROM lease_expires_at - locked_at)::float8,
+       extract(epoch FROM locked_at - run_at)::float8,
        headers
   FROM jobq.claim_any(%(queues)s::text[], %(n)s, %(worker)s, %(lease_timeout)s::interval)
 
@@ -58,6 +62,7 @@ SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
 SELECT status, id, queue, CASE WHEN status = 'running' THEN payload END AS payload,
        priority, attempts, coalesce(max_attempts, 3), lease,
        CASE WHEN status = 'running' THEN extract(epoch FROM lease_expires_at - locked_at)::float8 END,
+       CASE WHEN status = 'running' THEN extract(epoch FROM locked_at - run_at)::float8 END,
        CASE WHEN status = 'running' THEN headers END AS headers
   FROM jobq.complete_and_claim(%(ids)s::bigint[], %(leases)s::bigint[], %(queue)s, %(n)s, %(worker)s,
                                %(lease_timeout)s::interval, results => %(results)s::jsonb[])
@@ -213,3 +218,37 @@ SELECT name, queue, payload, cron, timezone, every, priority, max_attempts, head
 
 -- name: tick
 SELECT jobq.tick()
+
+-- The command line's and the plain-SQL install's statements (pgjobq._cli, pgjobq._sql_install),
+-- from here to the end.
+
+-- name: installed_version
+-- the extension's version, and whether a plain-SQL install's record exists (then
+-- plain_install_version reads it: a statement naming a table that may be missing cannot be planned)
+SELECT (SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pgjobq'),
+       pg_catalog.to_regclass('jobq.plain_install') IS NOT NULL
+
+-- name: plain_install_version
+SELECT i.version FROM jobq.plain_install AS i
+
+-- name: list_jobs
+-- newest first, at most limit of them, below the id before when given (the next page);
+-- statuses NULL: every status
+SELECT j.id, j.queue, j.status, j.priority, j.attempts,
+       coalesce(j.max_attempts, s.max_attempts, 3) AS max_attempts,
+       j.run_at, j.created_at, j.finished_at, j.locked_by, j.last_error
+  FROM jobq.jobs AS j
+  LEFT JOIN jobq.queue_settings AS s ON s.queue = j.queue
+ WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+   AND (%(statuses)s::text[] IS NULL OR j.status = ANY (%(statuses)s::text[]))
+   AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s
+
+-- name: show_job
+-- jobq.job's state, and what only the row has: priority, payload, headers, the lease's holder
+SELECT s.id, s.queue, s.status, j.priority, s.attempts, s.max_attempts, j.payload, j.headers, s.result,
+       s.last_error, s.depends_on, s.cancel_requested, s.run_at, s.created_at, s.finished_at,
+       j.locked_by, j.locked_at, j.lease_expires_at
+  FROM jobq.job(%(id)s) AS s
+  JOIN jobq.jobs AS j ON j.id = s.id

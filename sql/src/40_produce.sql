@@ -159,6 +159,53 @@ REVOKE ALL ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, i
 GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) TO @extowner@;
 
 /*
+ * jobq._traced_headers(headers): headers with the caller's trace context.
+ * When the session's setting pgjobq.traceparent holds a W3C traceparent
+ * (SET LOCAL pgjobq.traceparent = '00-<trace id>-<span id>-<flags>', and
+ * optionally pgjobq.tracestate) and headers has no "traceparent" of its
+ * own, returns headers (or {}) with "traceparent" (and "tracestate") added,
+ * so that a job enqueued from SQL, a trigger for one, joins the trace of
+ * the application that set it; otherwise headers unchanged (a headers that
+ * is not an object is left for jobq._check_job_options to refuse).  Locks
+ * nothing.  Raises 22023 when the setting is not a traceparent, or
+ * pgjobq.tracestate is over 512 characters.
+ */
+CREATE FUNCTION jobq._traced_headers(headers jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    parent text := nullif(current_setting('pgjobq.traceparent', true), '');
+    state  text := nullif(current_setting('pgjobq.tracestate', true), '');
+BEGIN
+    IF parent IS NULL
+       OR (_traced_headers.headers IS NOT NULL
+           AND (jsonb_typeof(_traced_headers.headers) <> 'object' OR _traced_headers.headers ? 'traceparent')) THEN
+        RETURN _traced_headers.headers;
+    END IF;
+    IF parent !~ '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$' OR parent ~ '^ff'
+       OR parent ~ '^..-0{32}-' OR parent ~ '-0{16}-..$' THEN
+        RAISE EXCEPTION 'setting pgjobq.traceparent must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>, not all zeros), got %',
+                        quote_literal(left(parent, 80))
+            USING ERRCODE = '22023',
+                  HINT = 'RESET pgjobq.traceparent, or set it from the application''s current span.';
+    END IF;
+    IF length(state) > 512 THEN
+        RAISE EXCEPTION 'setting pgjobq.tracestate must be at most 512 characters, got %', length(state)
+            USING ERRCODE = '22023';
+    END IF;
+    RETURN coalesce(_traced_headers.headers, '{}'::jsonb)
+           || jsonb_build_object('traceparent', parent)
+           || CASE WHEN state IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('tracestate', state) END;
+END
+$$;
+COMMENT ON FUNCTION jobq._traced_headers(jsonb) IS
+    'Internal: headers with traceparent and tracestate from the settings pgjobq.traceparent and pgjobq.tracestate, when set and headers has none.';
+REVOKE ALL ON FUNCTION jobq._traced_headers(jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._traced_headers(jsonb) TO @extowner@;
+
+/*
  * jobq.enqueue(queue, payload, priority, run_at, max_attempts, unique_key,
  * unique_scope, on_conflict, headers, concurrency_key, depends_on,
  * on_parent_failure): the new job's id.  Runs in the
@@ -169,7 +216,8 @@ GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz
  *
  * Options: priority (higher first), run_at (not before), max_attempts (NULL:
  * the queue's, else 3), headers (a JSON object the worker receives with the
- * payload).  With unique_key, while a job of the queue holding that key is
+ * payload; the session's pgjobq.traceparent, when set, is added to it:
+ * jobq._traced_headers).  With unique_key, while a job of the queue holding that key is
  * queued or running (or done, with unique_scope => 'until_done', until
  * purged), no second one is created; on_conflict decides what happens
  * instead: return (the holder's id), skip (NULL), raise (JQ004), replace (a
@@ -246,13 +294,16 @@ BEGIN
     locked := pg_try_advisory_xact_lock_shared(hashtext('jobq._waiters'), hashtext(enqueue.queue));
     IF enqueue.unique_key IS NULL AND enqueue.headers IS NULL
        AND enqueue.on_conflict = 'return' AND enqueue.unique_scope = 'active'
-       AND enqueue.concurrency_key IS NULL AND enqueue.depends_on IS NULL AND enqueue.on_parent_failure = 'cancel' THEN
+       AND enqueue.concurrency_key IS NULL AND enqueue.depends_on IS NULL AND enqueue.on_parent_failure = 'cancel'
+       -- no trace context to carry (jobq._traced_headers): unset, or reset to '' after a SET LOCAL
+       AND coalesce(current_setting('pgjobq.traceparent', true), '') = '' THEN
         INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts)
         VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts)
         RETURNING jobq.jobs.id,
                   EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now())
              INTO new_id, waiting;
     ELSE
+        enqueue.headers := jobq._traced_headers(enqueue.headers);
         -- the options of job control, checked by their helper
         PERFORM jobq._check_job_options(enqueue.unique_key, enqueue.unique_scope, enqueue.on_conflict,
                                         enqueue.headers);
@@ -359,6 +410,7 @@ BEGIN
         PERFORM jobq._check_payload(bad_payload, format('payloads[%s]', bad_position));  -- raises
     END IF;
     PERFORM jobq._check_options(enqueue_many.priority, enqueue_many.run_at, enqueue_many.max_attempts);
+    enqueue_many.headers := jobq._traced_headers(enqueue_many.headers);
     PERFORM jobq._check_job_options(NULL, enqueue_many.unique_scope, enqueue_many.on_conflict,
                                     enqueue_many.headers);
     IF enqueue_many.unique_keys IS NOT NULL THEN

@@ -294,14 +294,41 @@ REVOKE ALL ON TABLE jobq.health FROM PUBLIC;
 GRANT SELECT ON TABLE jobq.health TO @extowner@;
 
 /*
- * jobq.version(): the version of pgjobq installed in this database (its
- * pg_extension row), for clients that check what they talk to.
+ * jobq.plain_install: the version of a plain-SQL install (one made without
+ * the extension's files, by `pgjobq sql install | psql`, and upgraded by
+ * `pgjobq sql upgrade | psql`, on a managed PostgreSQL), in its one row.
+ * CREATE EXTENSION leaves it empty: pg_extension records that version.  A
+ * plain install of a version older than 0.8.0 (made for tests of the upgrade
+ * path) gets this table from the generator, with this very definition, so
+ * an upgraded plain install ends with the catalog of a fresh one.
+ */
+CREATE TABLE jobq.plain_install (
+    version  text NOT NULL,
+    only_row boolean NOT NULL DEFAULT true,
+    CONSTRAINT plain_install_pkey PRIMARY KEY (only_row),
+    CONSTRAINT plain_install_only_row_check CHECK (only_row)
+);
+COMMENT ON TABLE jobq.plain_install IS
+    'The version of a plain-SQL install (pgjobq sql install), in one row; empty for CREATE EXTENSION, which records it in pg_extension.';
+REVOKE ALL ON TABLE jobq.plain_install FROM PUBLIC;
+
+/*
+ * jobq.version(): the version of pgjobq installed in this database: its
+ * pg_extension row, else the row of a plain-SQL install (jobq.plain_install),
+ * for clients that check what they talk to.
  */
 CREATE FUNCTION jobq.version()
 RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
+-- SECURITY DEFINER: every access level may ask the version, and none is
+-- granted jobq.plain_install; the function reads that one value and nothing else.
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
-AS $$ SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pgjobq' $$;
-COMMENT ON FUNCTION jobq.version() IS 'The installed version of pgjobq, as in pg_extension (for example 0.4.0).';
+AS $$
+    SELECT coalesce((SELECT e.extversion FROM pg_catalog.pg_extension AS e WHERE e.extname = 'pgjobq'),
+                    (SELECT i.version FROM jobq.plain_install AS i))
+$$;
+COMMENT ON FUNCTION jobq.version() IS
+    'The installed version of pgjobq (for example 0.8.0): as in pg_extension, or, for a plain-SQL install, as jobq.plain_install records it.';
 REVOKE ALL ON FUNCTION jobq.version() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.version() TO @extowner@;

@@ -22,12 +22,16 @@
 --             state and result: part of the worker and admin levels, and
 --             of the producer level only when asked (grant_producer(role,
 --             see_jobs => true)), job ids being sequential;
+-- - monitor:  read-only (0.8.0, for dashboards and exporters): jobq.metrics,
+--             stats, the observer's functions, and SELECT on jobq.jobs, the
+--             tables above and the views; part of the admin level;
+-- - worker and monitor: jobq.metrics (counts only, SECURITY DEFINER);
 -- - every level: jobq.channel and jobq.version.
 ----------------------------------------------------------------------------
 
 /*
  * jobq._level_functions(level): the functions a level may execute, for
- * level 'producer', 'observer', 'worker' or 'admin'; NULL for any other
+ * level 'producer', 'observer', 'worker', 'monitor' or 'admin'; NULL for any other
  * level.
  */
 CREATE FUNCTION jobq._level_functions(level text)
@@ -60,6 +64,7 @@ BEGIN
                 'jobq.release(bigint, bigint)',
                 'jobq.reap(interval)',
                 'jobq.tick()',
+                'jobq.metrics()',
                 'jobq.wait(text, text, interval)',
                 'jobq.job(bigint)',
                 'jobq.wait(bigint, interval)',
@@ -74,11 +79,33 @@ BEGIN
                 'jobq.watch(bigint)',
                 'jobq.channel(text)',
                 'jobq.version()']::regprocedure[];
+    ELSIF _level_functions.level = 'monitor' THEN
+        -- what reading every table and view of the queue takes (the views
+        -- call these helpers with the reader's rights)
+        RETURN ARRAY[
+                'jobq.metrics()',
+                'jobq.stats()',
+                'jobq.job(bigint)',
+                'jobq.wait(bigint, interval)',
+                'jobq.watch(bigint)',
+                'jobq.channel(text)',
+                'jobq.version()',
+                'jobq._check_queue(text)',
+                'jobq._queues()',
+                'jobq._schedule_next(text, text, interval, timestamptz)',
+                'jobq._every_next(interval, timestamptz)',
+                'jobq._cron_parse(text)',
+                'jobq._cron_field(text, text, integer)',
+                'jobq._cron_walk(jobq._cron, text, timestamptz)',
+                'jobq._cron_day(jobq._cron, date)',
+                'jobq._cron_time(jobq._cron, integer)',
+                'jobq._check_timezone(text, boolean)']::regprocedure[];
     ELSIF _level_functions.level = 'admin' THEN
-        -- both levels above, and what operating the queue takes
+        -- the levels above, and what operating the queue takes
         RETURN ARRAY(
                 SELECT DISTINCT f
                   FROM unnest(jobq._level_functions('producer') || jobq._level_functions('worker')
+                              || jobq._level_functions('monitor')
                               || ARRAY[
                                      'jobq.retry_failed(text, bigint[])',
                                      'jobq.purge(interval, integer, boolean)',
@@ -114,7 +141,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq._level_functions(text) IS
-    'Internal: the functions that the producer, worker or admin level may execute.';
+    'Internal: the functions that the producer, observer, worker, monitor or admin level may execute.';
 REVOKE ALL ON FUNCTION jobq._level_functions(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._level_functions(text) TO @extowner@;
 
@@ -155,7 +182,8 @@ GRANT EXECUTE ON FUNCTION jobq._grantee(regrole) TO @extowner@;
  * privileges on jobq.jobs, its sequence, jobq.queue_settings,
  * jobq.unique_keys, jobq.results, jobq.deadlines and the tables of limits,
  * dependencies and schedules, and SELECT on the views jobq.health,
- * jobq.queues and jobq.schedules.  Runs with the caller's rights.
+ * jobq.queues and jobq.schedules; for monitor, SELECT on those tables and
+ * views.  Runs with the caller's rights.
  * Raises like jobq._grantee, and 22023 for an unknown level.
  */
 CREATE FUNCTION jobq._grant_level(role regrole, level text)
@@ -169,7 +197,7 @@ DECLARE
     fn        regprocedure;
 BEGIN
     IF functions IS NULL THEN
-        RAISE EXCEPTION 'level must be producer, observer, worker or admin, got %', quote_nullable(_grant_level.level)
+        RAISE EXCEPTION 'level must be producer, observer, worker, monitor or admin, got %', quote_nullable(_grant_level.level)
             USING ERRCODE = '22023';
     END IF;
     EXECUTE format('GRANT USAGE ON SCHEMA jobq TO %I', grantee);
@@ -184,11 +212,15 @@ BEGIN
                        ' jobq.results, jobq.deadlines, jobq.queue_gates, jobq.concurrency_keys, jobq.job_deps,'
                        ' jobq.job_waits, jobq.schedule_settings TO %I', grantee);
         EXECUTE format('GRANT SELECT ON TABLE jobq.queues, jobq.schedules TO %I', grantee);
+    ELSIF _grant_level.level = 'monitor' THEN
+        EXECUTE format('GRANT SELECT ON TABLE jobq.jobs, jobq.health, jobq.queue_settings, jobq.unique_keys,'
+                       ' jobq.results, jobq.deadlines, jobq.queue_gates, jobq.concurrency_keys, jobq.job_deps,'
+                       ' jobq.job_waits, jobq.schedule_settings, jobq.queues, jobq.schedules TO %I', grantee);
     END IF;
 END
 $$;
 COMMENT ON FUNCTION jobq._grant_level(regrole, text) IS
-    'Internal: grants the privileges of one access level (producer, worker, admin).';
+    'Internal: grants the privileges of one access level (producer, observer, worker, monitor, admin).';
 REVOKE ALL ON FUNCTION jobq._grant_level(regrole, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._grant_level(regrole, text) TO @extowner@;
 
@@ -239,9 +271,19 @@ COMMENT ON FUNCTION jobq.grant_admin(regrole) IS
 REVOKE ALL ON FUNCTION jobq.grant_admin(regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.grant_admin(regrole) TO @extowner@;
 
+CREATE FUNCTION jobq.grant_monitor(role regrole)
+RETURNS void
+LANGUAGE sql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT jobq._grant_level(grant_monitor.role, 'monitor') $$;
+COMMENT ON FUNCTION jobq.grant_monitor(regrole) IS
+    'Let role read everything and change nothing, for dashboards and exporters: jobq.metrics, stats, job, wait, watch, SELECT on jobq.jobs, the tables of settings, results, limits, dependencies and schedules, and the views jobq.health, jobq.queues and jobq.schedules. Owner or superuser only.';
+REVOKE ALL ON FUNCTION jobq.grant_monitor(regrole) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.grant_monitor(regrole) TO @extowner@;
+
 /*
  * jobq.revoke_all(role): returns nothing.  Takes back every privilege the
- * three levels give (admin's include the other two's); grants made by hand
+ * levels give (admin's include the others'); grants made by hand
  * on other objects are left alone.  Raises like jobq._grantee.
  */
 CREATE FUNCTION jobq.revoke_all(role regrole)
@@ -267,6 +309,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.revoke_all(regrole) IS
-    'Take back from role every privilege that grant_producer, grant_worker or grant_admin gave. Owner or superuser only.';
+    'Take back from role every privilege that grant_producer, grant_worker, grant_monitor or grant_admin gave. Owner or superuser only.';
 REVOKE ALL ON FUNCTION jobq.revoke_all(regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.revoke_all(regrole) TO @extowner@;

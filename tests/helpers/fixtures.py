@@ -12,8 +12,9 @@ Targets: every test runs on the machine's own PostgreSQL (Debian's 15, where
 (tests/isolation, tests/install/test_installation.py) also run on every
 other supported major, 13 to 18 (server builds fetched by
 tools/pg_versions.py, with the extension's files copied into a private copy
-of each), and tests/sql once more on a database installed at the first
-release and upgraded with ALTER EXTENSION.  A target that cannot be had is
+of each), and the bad-input table and the state machine of tests/sql once
+more on a database installed at the first release and upgraded with ALTER
+EXTENSION (ON_THE_UPGRADED_INSTALL).  A target that cannot be had is
 skipped, with the reason, for every test that needs it.
 """
 
@@ -81,20 +82,51 @@ def main_major() -> int:
     return ThrowawayPostgres(bindir=find_bindir()).major
 
 
+# The SQL files that run once more on a database installed at the first release and upgraded: the
+# bad-input table (every function's checks) and the state machine (random sequences of every call).
+# tests/install/test_installation.py proves the upgraded catalog equal to a fresh one, object by object
+# (definitions, privileges, comments, columns, constraints, indexes), so the rest of the SQL tests would
+# run the same code again; these two check that the upgraded install also behaves as one.
+ON_THE_UPGRADED_INSTALL = {"test_bad_input.py", "test_state_machine.py"}
+
+
 def targets_for(path: Path) -> list[Target]:
     """The targets of the tests in the file at path."""
     layer = path.relative_to(REPO_ROOT / "tests").parts[0]
     others = [Target(major) for major in pg_versions.MAJORS if major != main_major()]
     if layer == "sql":
-        return [Target(), Target(upgraded_from=FIRST_RELEASE), *others]
+        upgraded = [Target(upgraded_from=FIRST_RELEASE)] if path.name in ON_THE_UPGRADED_INSTALL else []
+        return [Target(), *upgraded, *others]
     if layer == "isolation" or path.name == "test_installation.py":
         return [Target(), *others]
     return [Target()]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The files that hold slow tests first, each kept whole (their module fixtures are built once):
-    under pytest-xdist (make test) the slow tests start while the many quick ones run."""
+    under pytest-xdist (make test) the slow tests start while the many quick ones run.
+
+    A test marked edge_releases_elsewhere and parametrized by a released ``version`` runs for every
+    release on the machine's major, and for the first and the newest release only on the others (the
+    releases between run the same scripts, split at another version)."""
+    edges = {RELEASED[0], RELEASED[-1]}
+    kept, dropped = [], []
+    for item in items:
+        params = getattr(item, "callspec", None)
+        target = params.params.get("target") if params is not None else None
+        if (
+            item.get_closest_marker("edge_releases_elsewhere") is not None
+            and isinstance(target, Target)
+            and target.major is not None
+            and params is not None
+            and params.params.get("version") not in edges
+        ):
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
     slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
     items.sort(key=lambda item: item.path not in slow)
 

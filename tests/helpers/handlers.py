@@ -105,12 +105,12 @@ __all__ += ["async_callable_record", "async_record"]
 
 
 async def async_record(job: Job) -> None:
-    """An async def handler, which the Worker refuses: run, it would record the execution."""
+    """An async def handler, which the Worker refuses and AsyncWorker runs: it records the execution."""
     _record(job)
 
 
 class _AsyncRecorder:
-    """An object whose __call__ is a coroutine function: a handler the Worker refuses too."""
+    """An object whose __call__ is a coroutine function: the Worker refuses it too, AsyncWorker runs it."""
 
     def __repr__(self) -> str:
         return "helpers.handlers.async_callable_record"

@@ -130,6 +130,7 @@ def test_a_database_owner_without_superuser_installs_and_uses_the_extension(
 
 
 @pytest.mark.parametrize("version", RELEASED)
+@pytest.mark.edge_releases_elsewhere
 def test_a_fresh_install_equals_an_upgrade_from_every_released_version(
     db: Db, pg_server: ThrowawayPostgres, version: str
 ) -> None:
@@ -265,9 +266,11 @@ def test_roles_given_a_level_before_the_upgrade_keep_it_with_the_new_functions(
     # granted by an upgrade not run by a superuser: a dump would leave these grants out, and says so
     # (the step to 0.4.0 for both roles, the step to 0.5.0 for the worker's jobq.wait, the step to
     # 0.6.0 for both: their replaced functions and jobq.job; the step to 0.7.0 for both: the producer's
-    # new jobq.enqueue and enqueue_flow, the worker's claim_any)
-    to_040, to_050, to_060, to_070 = [message for message in warnings if "granted" in message]
+    # new jobq.enqueue and enqueue_flow, the worker's claim_any; the step to 0.8.0 for the worker's
+    # jobq.metrics)
+    to_040, to_050, to_060, to_070, to_080 = [message for message in warnings if "granted" in message]
     assert producer in to_040 and worker in to_040
     assert worker in to_050 and producer not in to_050 and "jobq.wait" in to_050
     assert producer in to_060 and worker in to_060 and "jobq.enqueue" in to_060
     assert producer in to_070 and worker in to_070 and "enqueue_flow" in to_070
+    assert worker in to_080 and producer not in to_080 and "jobq.metrics" in to_080

@@ -65,9 +65,12 @@ ATTEMPTS: dict[str, str] = {
     ),
     "health": "SELECT * FROM jobq.health",
     "queues": "SELECT * FROM jobq.queues",
+    "schedules": "SELECT * FROM jobq.schedules",
+    "metrics": "SELECT * FROM jobq.metrics()",
     "grant_producer": "SELECT jobq.grant_producer({other_role})",
     "grant_worker": "SELECT jobq.grant_worker({other_role})",
     "grant_admin": "SELECT jobq.grant_admin({other_role})",
+    "grant_monitor": "SELECT jobq.grant_monitor({other_role})",
     "revoke_all": "SELECT jobq.revoke_all({other_role})",
     "internal function": "SELECT jobq._retry_delay('emails', 1)",
     "internal function of no level": (
@@ -101,10 +104,17 @@ PRODUCER = {
 WORKER = {
     *("claim", "complete", "complete_many", "complete_and_claim", "fail", "snooze"),
     *("heartbeat", "heartbeat_many", "heartbeat_status", "release", "wait for work", "reap"),
+    "metrics",
     *LOOKUP,
 }
+# read-only: what a dashboard or an exporter reads, nothing it could change
+MONITOR = {
+    *LOOKUP,
+    *("metrics", "stats", "health", "queues", "schedules"),
+    *("table SELECT", "settings SELECT", "unique keys SELECT", "results SELECT", "deadlines SELECT"),
+}
 ADMIN = set(ATTEMPTS) - {
-    *("grant_producer", "grant_worker", "grant_admin", "revoke_all"),
+    *("grant_producer", "grant_worker", "grant_admin", "grant_monitor", "revoke_all"),
     "internal function of no level",
 }
 
@@ -113,6 +123,7 @@ LEVELS: dict[str, set[str]] = {
     "producer": PRODUCER,
     "observing producer": PRODUCER | LOOKUP,  # grant_producer(role, see_jobs => true)
     "worker": WORKER,
+    "monitor": MONITOR,
     "admin": ADMIN,
 }
 

@@ -1190,8 +1190,47 @@ LOOKUP_CASES = [
     case("watch-unknown-id", "SELECT * FROM jobq.watch(%s)", "JQ002", "id", UNKNOWN_ID),
 ]
 
+# 0.8.0: the trace context a session hands to the jobs it enqueues from SQL (SET LOCAL pgjobq.traceparent)
+TRACED = (
+    "SELECT set_config('pgjobq.traceparent', %s, true), set_config('pgjobq.tracestate', %s, true), {call}"
+)
+GOOD_PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+TRACE_CASES = [
+    *[
+        case(
+            f"{call_name}-{parent_name}-traceparent",
+            TRACED.format(call=call),
+            "22023",
+            "pgjobq.traceparent",
+            parent,
+            "",
+        )
+        for call_name, call in (
+            ("enqueue", "jobq.enqueue('default', '{}')"),
+            ("enqueue-many", "jobq.enqueue_many('default', ARRAY['{}']::jsonb[])"),
+            ("enqueue-flow", "jobq.enqueue_flow('default', '[{\"payload\": {}}]')"),
+        )
+        for parent_name, parent in (
+            ("garbage", "not a trace"),
+            ("upper-case", GOOD_PARENT.upper()),
+            ("all-zero-trace-id", "00-" + "0" * 32 + "-00f067aa0ba902b7-01"),
+            ("all-zero-span-id", "00-4bf92f3577b34da6a3ce929d0e0e4736-" + "0" * 16 + "-01"),
+            ("version-ff", "ff" + GOOD_PARENT[2:]),
+        )
+    ],
+    case(
+        "enqueue-tracestate-over-512-characters",
+        TRACED.format(call="jobq.enqueue('default', '{}')"),
+        "22023",
+        "pgjobq.tracestate",
+        GOOD_PARENT,
+        "k=" + "v" * 511,
+    ),
+]
+
 CASES = [
     *ENQUEUE_CASES,
+    *TRACE_CASES,
     *JOB_OPTION_CASES,
     *ENQUEUE_MANY_CASES,
     *CLAIM_CASES,

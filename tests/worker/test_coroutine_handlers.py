@@ -3,7 +3,8 @@
 An ``async def`` handler (or an object whose ``__call__`` is one) is refused
 when the Worker is made, before it connects; a handler that still returns an
 awaitable (a lambda calling an async function) fails its job instead of
-completing it.  In 0.3.0 both marked every job done without running it.
+completing it.  In 0.3.0 both marked every job done without running it.  The
+``pgjobq worker`` command runs such a handler under AsyncWorker (0.8.0).
 """
 
 from __future__ import annotations
@@ -69,21 +70,18 @@ def test_worker_refuses_a_coroutine_function_handler_before_connecting(
 
 
 @pytest.mark.parametrize("handler", ["async_record", "async_callable_record"])
-def test_cli_worker_with_a_coroutine_handler_prints_one_line_exits_1_and_leaves_the_jobs_queued(
+def test_cli_worker_runs_a_coroutine_handler_under_the_async_worker_and_each_job_once(
     db: Db, dsn: str, handler: str
 ) -> None:
+    # 0.8.0: the command picks AsyncWorker for a coroutine function, or an object whose __call__ is one
     db.execute(EXECUTIONS_DDL)
     fill(db, 3)
 
-    result = run_cli(dsn, "worker", f"helpers.handlers:{handler}", "--burst")
+    result = run_cli(dsn, "worker", f"helpers.handlers:{handler}", "--burst", "--poll-interval", "0.1")
 
-    assert result.returncode == 1, result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "coroutine function" in lines[0]
-    assert handler in lines[0]
-    assert untouched(db)
-    assert scalar(db, "SELECT count(*) FROM executions") == 0
+    assert result.returncode == 0, result.stderr
+    assert statuses(db) == {"done": 3}
+    assert scalar(db, "SELECT count(*) FROM executions") == 3
 
 
 @pytest.mark.parametrize("concurrency", [1, 3], ids=["on-the-workers-thread", "on-handler-threads"])

@@ -1,0 +1,169 @@
+"""Acknowledgements: how a worker reports each handler's outcome, shared by both workers (no I/O).
+
+Successes are batched (InHand.ack_due): one jobq.complete_many, or riding on
+the next claim (jobq.complete_and_claim); the database refuses the lease of
+a job reaped meanwhile (``lost``).  Every other outcome is reported on its
+own by :func:`report`, a generator that yields the statements to send
+(pgjobq._proto.Call) and is sent each one's value (or has its error thrown
+in), then returns the Outcome: jobq.release for a job asked to stop before
+its handler started, jobq.snooze for Snooze (a delay the database refuses
+fails the job instead), jobq.fail for the rest (with retry_in for Retry).
+:func:`drive` runs it on a sync connection; the AsyncWorker awaits each
+statement the same way.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Generator, Iterable
+from datetime import datetime
+from typing import Any
+
+from pgjobq import _proto
+from pgjobq._errors import InvalidArgument, JobNotFound, LeaseLost, Retry, Snooze
+from pgjobq._job import Job
+from pgjobq._observe import Outcome
+
+__all__ = [
+    "CancelledUnstarted",
+    "Report",
+    "acknowledged",
+    "drive",
+    "encode_result",
+    "is_coroutine_function",
+    "lost",
+    "report",
+]
+
+logger = logging.getLogger("pgjobq.worker")
+
+Report = Generator["_proto.Call[Any]", Any, Outcome]
+
+
+class CancelledUnstarted(Exception):
+    """The outcome of a job whose cancel was requested before its handler started: handed back."""
+
+
+def is_coroutine_function(handler: object) -> bool:
+    """Whether handler is an async def, or an object whose __call__ is one: calling it makes a coroutine."""
+    call = type(handler).__call__ if not inspect.isroutine(handler) else None
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)
+
+
+def handler_name(handler: object) -> str:
+    return str(getattr(handler, "__qualname__", None) or repr(handler))
+
+
+def encode_result(handler: object, result: object) -> str | None:
+    """A handler's return value as JSON text (None: no result).
+
+    An awaitable fails the job (TypeError): a sync worker cannot await it.
+    A value JSON cannot encode, or jsonb cannot store, fails the job with
+    InvalidArgument naming its type, rather than completing it without its
+    result.
+    """
+    if result is None:
+        return None
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()  # never started: no "was never awaited" warning
+        raise TypeError(
+            f"handler {handler_name(handler)} returned {type(result).__name__}, an awaitable this Worker "
+            "cannot await: the job did not run"
+        )
+    return _proto.dump_json(result, f"the handler's result (a {type(result).__name__})")
+
+
+def lost(job: Job, what: str) -> None:
+    """Log that the database refused job's lease: a warning, unless the job was cancelled meanwhile."""
+    if job._cancel_is_set():  # most likely cancelled by force, which voids the lease
+        logger.info("job %d: lease %d void (cancelled meanwhile?); %s", job.id, job.lease, what)
+    else:
+        logger.warning("job %d: lease %d lost; %s", job.id, job.lease, what)
+
+
+def acknowledged(successes: Iterable[Job], accepted: set[int]) -> list[tuple[Job, Outcome]]:
+    """Log the outcome of acknowledging successes; each one's Outcome (done, or lost when refused)."""
+    outcomes: list[tuple[Job, Outcome]] = []
+    info = logger.isEnabledFor(logging.INFO)
+    for job in successes:
+        if job.id in accepted:
+            if info:
+                logger.info("job %d done (attempt %d)", job.id, job.attempts)
+            outcomes.append((job, "done"))
+        else:
+            lost(job, "result discarded")
+            outcomes.append((job, "lost"))
+    return outcomes
+
+
+def _when(moment: datetime | None) -> str:
+    return "?" if moment is None else moment.isoformat(timespec="seconds")
+
+
+def report(job: Job, error: BaseException) -> Report:
+    """Report one outcome other than success (see the module docstring)."""
+    if isinstance(error, CancelledUnstarted):
+        try:
+            yield _proto.release(job.id, job.lease)
+        except (LeaseLost, JobNotFound):
+            lost(job, "not started")
+            return "lost"
+        logger.info("job %d: cancel requested before it started; handed back unstarted", job.id)
+        return "released"
+    if isinstance(error, Snooze):
+        try:
+            run_at = yield _proto.snooze(job.id, job.lease, error.delay)
+        except (LeaseLost, JobNotFound):
+            lost(job, "snooze discarded")
+            return "lost"
+        except InvalidArgument as refused:  # a delay the database does not take: a failure then
+            error = refused
+        else:
+            if run_at is None:  # its cancel was requested: cancelled instead
+                logger.info("job %d cancelled (its handler asked to snooze)", job.id)
+                return "cancelled"
+            logger.info(
+                "job %d snoozed for %s s, until %s (attempt %d given back)",
+                job.id, error.delay.total_seconds(), _when(run_at), job.attempts,
+            )  # fmt: skip
+            return "snoozed"
+    retry_in = error.after if isinstance(error, Retry) else None
+    cause = error.__cause__ if isinstance(error, Retry) else None
+    failure = cause if cause is not None else error
+    message = f"{type(failure).__name__}: {failure}"
+    try:
+        status, run_at = yield _proto.fail(job.id, message, job.lease, retry_in)
+    except (LeaseLost, JobNotFound):
+        lost(job, f"failure discarded ({message})")
+        return "lost"
+    if status == "cancelled":
+        logger.info("job %d cancelled (attempt %d): %s", job.id, job.attempts, message)
+        return "cancelled"
+    if status == "failed":
+        logger.error(
+            "job %d failed for good (attempt %d/%d): %s", job.id, job.attempts, job.max_attempts, message
+        )
+        return "failed"
+    logger.warning(
+        "job %d failed (attempt %d/%d), retry at %s: %s",
+        job.id, job.attempts, job.max_attempts, _when(run_at), message,
+    )  # fmt: skip
+    return "retried"
+
+
+def drive(steps: Report, run: Callable[[_proto.Call[Any]], Any]) -> Outcome:
+    """Run a report's statements with run (a sync sender); its Outcome."""
+    try:
+        call = next(steps)
+        while True:
+            try:
+                value = run(call)
+            except Exception as exc:
+                call = steps.throw(exc)
+            else:
+                call = steps.send(value)
+    except StopIteration as stop:
+        outcome: Outcome = stop.value
+        return outcome

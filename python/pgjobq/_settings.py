@@ -1,0 +1,168 @@
+"""WorkerSettings: how a worker (Worker or AsyncWorker) claims, waits and recovers, checked once."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeGuard
+
+from pgjobq._errors import ConfigurationError
+from pgjobq._observe import WorkerObserver
+
+__all__ = ["DEFAULT_LEASE_SECONDS", "WorkerSettings", "default_worker_name"]
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+_DAY = 86400  # upper bound of every interval setting
+# The lease claim gives when neither the worker nor the queue names one.
+DEFAULT_LEASE_SECONDS = 60.0  # jobq.claim's own default (pgjobq._client.DEFAULT_LEASE_TIMEOUT)
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How a worker claims, waits and recovers.  Times are in seconds.
+
+    ``lease_timeout`` is the length of the leases the worker claims under:
+    the database stores each lease's expiry on its job, every heartbeat
+    extends it by that length, and ``jobq.reap`` (run by any worker)
+    recovers a job only once its own lease has expired, so workers with
+    different lease lengths share a queue safely.  None (the default) claims
+    under the queue's lease_timeout (``jobq.configure_queue``), else 60 s.
+    ``heartbeat_interval`` defaults to a quarter of the shortest lease in
+    hand, as the claims returned them (also a lease the queue's timeout cut
+    short: the worker cannot tell it apart, and heartbeats the job until
+    the database says its deadline has passed).  An explicit heartbeat_interval
+    must be shorter than an explicit lease_timeout; when it is not shorter
+    than a lease the queue gave, the worker says so once and heartbeats
+    such jobs at a quarter of their lease.
+
+    ``queue`` is a queue name, or a list of several: the worker then claims
+    from all of them at once (``jobq.claim_any``), listens on each one's
+    channel and registers as waiting on each.
+
+    ``prepared_statements=False`` stops psycopg from preparing the statements
+    it runs often (``prepare_threshold=None``).  Turn it off behind PgBouncer
+    in transaction pooling mode before version 1.21: a statement prepared on
+    one server connection is missing on the next one a transaction gets.
+
+    ``observers`` are told what the worker does (``pgjobq.WorkerObserver``:
+    claims, handler starts, outcomes, acknowledgements pending, reconnects),
+    from the worker's own thread or event loop; one that raises is logged
+    once and dropped.
+
+    Nonsense (a count below 1, a non-finite or non-positive interval, a
+    heartbeat no shorter than the lease) raises ConfigurationError here,
+    before the database is touched.
+    """
+
+    queue: str | Sequence[str] = "default"
+    batch: int = 10
+    concurrency: int = 1
+    poll_interval: float = 1.0
+    lease_timeout: float | None = None  # the queue's (jobq.configure_queue), else the extension's 60 s
+    heartbeat_interval: float | None = None
+    reap_interval: float = 10.0
+    listen: bool = True
+    burst: bool = False
+    name: str = field(default_factory=default_worker_name)
+    reconnect_delay_max: float = 10.0
+    ack_interval: float = 0.005
+    prepared_statements: bool = True
+    observers: Sequence[WorkerObserver] = ()
+
+    def __post_init__(self) -> None:
+        def require(ok: bool, message: str) -> None:
+            if not ok:
+                raise ConfigurationError(message)
+
+        def count(name: str, high: int) -> None:
+            value = getattr(self, name)
+            require(_is_int(value), f"{name} must be an integer, got {value!r}")
+            require(1 <= value <= high, f"{name} must be between 1 and {high}, got {value}")
+
+        def seconds(name: str, value: object, *, zero: bool = False) -> None:
+            number = float(value) if _is_number(value) else math.nan
+            low_ok = number >= 0 if zero else number > 0
+            require(
+                low_ok and number <= _DAY,  # NaN fails both comparisons
+                f"{name} must be {'at least 0' if zero else 'positive'} and at most {_DAY} seconds, "
+                f"got {value!r}",
+            )
+
+        if not isinstance(self.queue, str):
+            names = self.queue
+            require(
+                isinstance(names, Sequence) and all(isinstance(q, str) for q in names),
+                f"queue must be a string or a list of strings, got {names!r}",
+            )
+            require(len(names) > 0, "queue must name at least one queue, got an empty list")
+            repeated = sorted({q for q in names if list(names).count(q) > 1})
+            require(not repeated, f"queue names each queue once, got {', '.join(repeated)} more than once")
+            # frozen: one name stays a str (as settings.queue always was), several become a tuple
+            object.__setattr__(self, "queue", names[0] if len(names) == 1 else tuple(names))
+        count("batch", 1000)
+        count("concurrency", 1000)
+        for name in ("poll_interval", "reap_interval", "reconnect_delay_max"):
+            seconds(name, getattr(self, name))
+        for name in ("lease_timeout", "heartbeat_interval"):
+            if getattr(self, name) is not None:  # None: decided by the leases the queue hands out
+                seconds(name, getattr(self, name))
+        heartbeat = self.heartbeat_seconds
+        if heartbeat is not None and self.lease_timeout is not None:
+            require(
+                heartbeat < self.lease_timeout,
+                f"heartbeat_interval ({heartbeat}) must be shorter than lease_timeout ({self.lease_timeout})",
+            )
+        seconds("ack_interval", self.ack_interval, zero=True)
+        if heartbeat is not None:
+            require(self.ack_interval < heartbeat, "ack_interval must be shorter than a heartbeat")
+        require(isinstance(self.name, str) and 0 < len(self.name) <= 200, "name must be 1 to 200 characters")
+        observers = self.observers
+        require(
+            isinstance(observers, Sequence)
+            and not isinstance(observers, str)
+            and all(isinstance(o, WorkerObserver) for o in observers),
+            f"observers must be a list of pgjobq.WorkerObserver, got {observers!r}",
+        )
+        object.__setattr__(self, "observers", tuple(observers))
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues the worker claims from: queue, as a tuple of one name or several."""
+        return (self.queue,) if isinstance(self.queue, str) else tuple(self.queue)
+
+    def claim_params(self) -> dict[str, Any]:
+        """The parameters of the worker's claim statements (claim, claim_any, complete_and_claim), checked
+        once here rather than at every claim: the queue or queues, batch, name and lease_timeout."""
+        lease = None if self.lease_timeout is None else timedelta(seconds=self.lease_timeout)
+        return {**self._where(), "n": self.batch, "worker": self.name, "lease_timeout": lease}
+
+    def wait_params(self) -> dict[str, Any]:
+        """The parameters of the worker's jobq.wait registration: the queue or queues, name, poll_interval."""
+        return {**self._where(), "worker": self.name, "up_to": timedelta(seconds=self.poll_interval)}
+
+    def _where(self) -> dict[str, Any]:
+        queues = self.queues
+        return {"queues": list(queues)} if len(queues) > 1 else {"queue": queues[0]}
+
+    @property
+    def heartbeat_seconds(self) -> float | None:
+        """heartbeat_interval, or a quarter of lease_timeout; None when both are the queue's to decide."""
+        if self.heartbeat_interval is not None:
+            return self.heartbeat_interval
+        return None if self.lease_timeout is None else self.lease_timeout / 4
