@@ -17,8 +17,9 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
-import time
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -470,8 +471,27 @@ def stats(dsn: str, as_json: bool, watch: bool, interval: float) -> None:
             else:
                 _echo_table(STATS_HEADER, _stats_cells(rows))
             return
-        with contextlib.suppress(KeyboardInterrupt):
-            _watch_stats(conn, as_json, interval)
+        with _until_interrupted() as stop:
+            _watch_stats(conn, as_json, interval, stop)
+
+
+@contextmanager
+def _until_interrupted() -> Iterator[threading.Event]:
+    """An event that the first SIGINT or SIGTERM sets (the handlers before are put back afterwards).
+
+    The commands that run until Ctrl-C wait on it between their round trips to the database, rather
+    than take a KeyboardInterrupt in the middle of one: psycopg, interrupted while it waits for a
+    result, could be left waiting for good.
+    """
+    stop = threading.Event()
+    previous = {
+        number: signal.signal(number, lambda *_: stop.set()) for number in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _stats_cells(rows: list[_client.QueueStats]) -> list[tuple[str, ...]]:
@@ -485,27 +505,31 @@ def _stats_cells(rows: list[_client.QueueStats]) -> list[tuple[str, ...]]:
     ]
 
 
-def _watch_stats(conn: psycopg.Connection[Any], as_json: bool, interval: float) -> None:
-    """stats again and again, every interval seconds, until interrupted."""
+def _watch_stats(
+    conn: psycopg.Connection[Any], as_json: bool, interval: float, stop: threading.Event
+) -> None:
+    """stats again and again, every interval seconds, until stop is set."""
     title = f"pgjobq stats every {interval:g}s (Ctrl-C to stop)"
     terminal = sys.stdout.isatty()
     if as_json or not terminal:
-        while True:
+        while not stop.is_set():
             rows = _client.stats(conn)
             if as_json:
                 click.echo(json.dumps([_stats_dict(row) for row in rows]))
             else:
                 click.echo(f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}\n"
                            f"{_table_text(STATS_HEADER, _stats_cells(rows))}\n")  # fmt: skip
-            time.sleep(interval)
+            stop.wait(interval)
+        return
     try:
         from rich.live import Live
         from rich.table import Table
     except ImportError:  # the cli extra is not installed: redraw the plain table
-        while True:
+        while not stop.is_set():
             table = _table_text(STATS_HEADER, _stats_cells(_client.stats(conn)))
             click.echo(f"\x1b[H\x1b[2J{title}\n\n{table}", nl=True)
-            time.sleep(interval)
+            stop.wait(interval)
+        return
 
     def draw() -> Table:
         table = Table(title=title, title_justify="left")
@@ -516,8 +540,7 @@ def _watch_stats(conn: psycopg.Connection[Any], as_json: bool, interval: float) 
         return table
 
     with Live(draw(), auto_refresh=False) as live:
-        while True:
-            time.sleep(interval)
+        while not stop.wait(interval):
             live.update(draw(), refresh=True)
 
 
@@ -1412,8 +1435,8 @@ def metrics(dsn: str, port: int, host: str) -> None:
     """  # fmt: skip
     prometheus = _extra("pgjobq.prometheus", "metrics", "pgjobq metrics")
     # no check of the database first: an exporter starts anyway, and says pgjobq_database_up 0
-    with _one_line_errors(), contextlib.suppress(KeyboardInterrupt):
-        prometheus.serve_database_metrics(dsn, port, host)
+    with _one_line_errors(), _until_interrupted() as stop:
+        prometheus.serve_database_metrics(dsn, port, host, stop=stop)
 
 
 @main.command()

@@ -394,13 +394,19 @@ def start_worker_metrics(port: int, host: str = "127.0.0.1", dsn: str | None = N
     return metrics
 
 
-def serve_database_metrics(dsn: str, port: int, host: str = "127.0.0.1") -> None:
-    """Serves the queues' state of dsn's database on host:port (``/metrics``) until interrupted."""
+def serve_database_metrics(
+    dsn: str, port: int, host: str = "127.0.0.1", *, stop: threading.Event | None = None
+) -> None:
+    """Serves the queues' state of dsn's database on host:port (``/metrics``) until stop is set (without
+    one, until interrupted); ``pgjobq metrics`` sets it on SIGINT or SIGTERM."""
     registry = CollectorRegistry()
     collector = QueueStateCollector(dsn)
     registry.register(collector)
     thread = _listen(registry, port, host)
     try:
-        thread.join()
+        if stop is None:
+            thread.join()
+        else:
+            stop.wait()
     finally:
         collector.close()

@@ -1,11 +1,12 @@
 """The client and worker tests pass on the oldest and newest Python pgjobq supports, if the machine has them.
 
-The suite itself runs on the Python of the project's virtualenv (make venv).  This test runs
-tests/client and tests/worker once more (on the machine's own PostgreSQL, without the long chaos run)
-under Python 3.10 and 3.13, each in a virtualenv of its own (.venv-py3.10, .venv-py3.13, made on
-first use and refreshed when python/pyproject.toml changes), and fails with their output if they
-fail.  An interpreter the machine lacks (not on PATH as python3.X, nor under pyenv) is skipped with a
-message saying so; one that is the suite's own is skipped as already tested.
+The suite itself runs on the Python of the project's virtualenv (make venv).  This test runs the
+worker tests and the core of the client tests (ON_EVERY_PYTHON) once more (on the machine's own
+PostgreSQL, without the chaos runs) under Python 3.10 and 3.13, each in a virtualenv of its own
+(.venv-py3.10, .venv-py3.13, made on first use and refreshed when python/pyproject.toml changes), and
+fails with their output if they fail.  An interpreter the machine lacks (not on PATH as python3.X,
+nor under pyenv) is skipped with a message saying so; one that is the suite's own is skipped as
+already tested.
 """
 
 from __future__ import annotations
@@ -20,9 +21,29 @@ import pytest
 
 from helpers.fixtures import REPO_ROOT
 
+# What runs again on each: the workers whole (threads, signals, asyncio: what differs between Pythons),
+# the workers' parts, and of the client the calls (sync and async, their surfaces), the CLI's core and the
+# extension check, so that every module of the package is imported and run there.  The rest of
+# tests/client (the bad-input table, the job- and flow-control commands) runs the same _proto code with
+# other arguments; it runs on the suite's own Python only.
+ON_EVERY_PYTHON = (
+    "tests/unit",
+    "tests/worker",
+    "tests/client/test_client.py",
+    "tests/client/test_aio.py",
+    "tests/client/test_surface.py",
+    "tests/client/test_client_adapters.py",
+    "tests/client/test_cli.py",
+    "tests/client/test_cli_watch.py",
+    "tests/client/test_extension_version.py",
+)
+NOT_AGAIN = (
+    "tests/worker/test_chaos.py",
+    "tests/worker/test_chaos_limits.py",
+)  # once per make test is enough
 OLDEST_AND_NEWEST = ("3.10", "3.13")  # python/pyproject.toml: requires-python >= 3.10, tested up to 3.13
 INSTALL_TIMEOUT = 600.0
-RUN_TIMEOUT = 900.0  # the client and worker tests on 2 workers: about 5 minutes alone, more on a busy machine
+RUN_TIMEOUT = 900.0  # those tests on 2 workers: about 2 minutes alone, more on a busy machine
 
 
 def interpreter(version: str) -> Path | None:
@@ -77,15 +98,7 @@ def test_the_client_and_worker_tests_pass_on(version: str) -> None:
         pytest.skip(f"Python {version} is not on this machine (python{version} on PATH, or under pyenv)")
     venv_python = virtualenv(version, python)
 
-    tests = [
-        "tests/unit",
-        "tests/client",
-        "tests/worker",
-        "--ignore=tests/worker/test_chaos.py",
-        "--ignore=tests/worker/test_chaos_limits.py",
-        # the commands of the optional extras: their packages are not in the test extra these runs install
-        "--ignore=tests/client/test_cli_extras.py",
-    ]  # the chaos runs: once per make test is enough
+    tests = [*ON_EVERY_PYTHON, *(f"--ignore={path}" for path in NOT_AGAIN)]
     parallel = ["-n", "2", "--dist", "loadgroup"]  # as make test runs them, on fewer workers
     result = subprocess.run(
         [str(venv_python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *parallel, *tests],
