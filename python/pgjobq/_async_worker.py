@@ -209,11 +209,14 @@ class AsyncWorker:
                         self._observers.reconnected()
                 await self._step()
                 backoff.reset()
-            except psycopg.OperationalError as exc:
+            except _connections.UNAVAILABLE as exc:
                 await self._disconnect()
                 self._reconnecting = self._started  # a reconnect once it had connected
                 pause = backoff.next()
-                logger.warning("database unavailable (%s); retrying in %.1f s", first_line(exc), pause)
+                logger.warning("%s; retrying in %.1f s", _connections.unavailable(exc), pause)
+                # the database cannot be reached: jobs whose lease ran out by our clock are to stop
+                for job in self._leases.presumed_lost(self._hand.unfinished(), time.monotonic()):
+                    job._request_cancel()
                 await self._sleep(pause)
 
     async def _step(self) -> None:
@@ -599,7 +602,10 @@ class AsyncWorker:
 
     async def _open(self, role: str) -> AsyncConn:
         conn = await psycopg.AsyncConnection.connect(
-            self.conninfo, autocommit=True, application_name=_connections.app_name(role, self.settings)
+            self.conninfo,
+            autocommit=True,
+            application_name=_connections.app_name(role, self.settings),
+            **_connections.network_options(self.conninfo, self.settings),
         )
         _connections.configure(conn, self.settings)
         return conn

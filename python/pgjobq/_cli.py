@@ -191,6 +191,11 @@ _SETTINGS = {field.name: field for field in dataclasses.fields(WorkerSettings)}
     "--reconnect-delay-max",
     "Longest wait, in seconds, between attempts to reach the database (the wait doubles from 0.5 s).",
 )
+@_setting(
+    "--network-timeout",
+    "Seconds of network silence after which the worker gives a connection up and reconnects "
+    "(TCP keepalives, tcp_user_timeout and connect_timeout, unless the DSN sets them; 2 to 3600).",
+)
 @_setting("--name", "Worker name recorded in locked_by [default: host:pid].", envvar="PGJOBQ_WORKER_NAME")
 @click.option(
     "--log-level",

@@ -5,20 +5,114 @@ listening one, named ``pgjobq <role> <worker name>`` (application_name).
 ``prepared_statements=False`` stops psycopg from preparing statements
 (PgBouncer in transaction mode before 1.21).  With orjson installed, JSON
 columns are parsed by it where it reads them as json does.
+
+Every connection also gets, unless its conninfo (or libpq's environment,
+for the two that have a variable) sets them, the parameters of
+network_options: a worker must notice a network gone silent within
+``network_timeout`` (WorkerSettings), and work only on a writable server.
+
+- ``keepalives_idle``, ``keepalives_interval``, ``keepalives_count``: an
+  idle connection (the listening one, always; the work connection while a
+  statement runs) hears nothing when the path to the server drops its
+  packets, or when the server side is gone and its FIN was lost (a
+  half-open connection).  Keepalive probes find out: after a third of
+  network_timeout without traffic, then 3 probes spread over the rest.
+  libpq turns keepalives on by default, but with the system's timings,
+  two hours and more on Linux.
+- ``tcp_user_timeout`` (milliseconds): data sent and not acknowledged for
+  network_timeout (a claim or an acknowledgement into a dead path) drops the
+  connection, where TCP would retransmit for about fifteen minutes.  On
+  Linux it also caps the keepalive probing.  A slow statement is not cut
+  short: the server's kernel acknowledges the request and answers probes.
+- ``connect_timeout``: a connection attempt to a host that drops packets
+  gives up after network_timeout (and a multi-host conninfo goes on to the
+  next host) instead of after TCP's two minutes of SYN retries.
+- ``target_session_attrs=read-write``: with a multi-host conninfo
+  (``host=a,b``), libpq skips a standby and connects to the primary, so
+  after a failover the worker's reconnects find the promoted server.
+  A worker cannot work on a standby: every call writes.
+
+Unix-socket connections ignore the TCP settings.  A statement that meets a
+read-only server all the same (a conninfo asking for
+``target_session_attrs=any``, or a pooler in front of a standby) fails
+with SQLSTATE 25006; the workers treat it as the database being unavailable
+(UNAVAILABLE): they drop their connections and reconnect with backoff.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import set_json_loads
 
+from pgjobq._errors import first_line
 from pgjobq._settings import WorkerSettings
 
-__all__ = ["app_name", "configure", "ignore_notify", "json_loads"]
+__all__ = [
+    "KEEPALIVE_PROBES",
+    "UNAVAILABLE",
+    "app_name",
+    "configure",
+    "ignore_notify",
+    "json_loads",
+    "network_options",
+    "unavailable",
+]
+
+# Keepalive probes sent before a silent connection is given up.
+KEEPALIVE_PROBES = 3
+
+# The libpq parameters that environment variables can also set: the conninfo's or the variable's win.
+_FROM_ENVIRONMENT = {"connect_timeout": "PGCONNECT_TIMEOUT", "target_session_attrs": "PGTARGETSESSIONATTRS"}
+
+# The errors on which a worker gives its connections up and reconnects with backoff: the connection
+# failed or is gone (OperationalError), or the server is read-only (25006: a standby).
+UNAVAILABLE: tuple[type[psycopg.Error], ...] = (
+    psycopg.OperationalError,
+    psycopg.errors.ReadOnlySqlTransaction,
+)
+
+
+def network_options(conninfo: str, settings: WorkerSettings) -> dict[str, Any]:
+    """The parameters of the module docstring that neither conninfo nor libpq's environment sets.
+
+    For the default network_timeout of 10 s: keepalives after 3 s idle, 3
+    probes 2 s apart, tcp_user_timeout 10000 ms, connect_timeout 10 s.
+    """
+    given = conninfo_to_dict(conninfo)
+    timeout = settings.network_timeout
+    idle = max(1, int(timeout // 3))
+    wanted = {
+        "connect_timeout": str(math.ceil(timeout)),
+        "keepalives": "1",
+        "keepalives_idle": str(idle),
+        "keepalives_interval": str(max(1, int((timeout - idle) // KEEPALIVE_PROBES))),
+        "keepalives_count": str(KEEPALIVE_PROBES),
+        "tcp_user_timeout": str(int(timeout * 1000)),
+        "target_session_attrs": "read-write",
+    }
+    return {
+        name: value
+        for name, value in wanted.items()
+        if name not in given and not (name in _FROM_ENVIRONMENT and os.environ.get(_FROM_ENVIRONMENT[name]))
+    }
+
+
+def unavailable(exc: BaseException) -> str:
+    """What a worker logs of an UNAVAILABLE error, before the pause it then takes."""
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        return (
+            f"database is read-only ({first_line(exc)}): a worker needs the primary; connect with "
+            "target_session_attrs=read-write (the worker's default)"
+        )
+    return f"database unavailable ({first_line(exc)})"
+
 
 try:  # optional: parses the worker's payloads in a tenth of json's time
     import orjson

@@ -9,6 +9,14 @@ are past their deadline (no more heartbeats for those: the reaper recovers
 them once their lease runs out).  A lease taken or extended less than an
 interval ago is left alone when two intervals fit in it.
 
+While the database cannot be reached, no heartbeat goes through: once a
+job's lease, as this worker last took or extended it, is older than its
+length, the database has most likely let it expire (and a reaper may have
+handed the job to another worker).  presumed_lost() names those jobs, once
+each, so that the worker can ask their handlers to stop (their results
+would be refused anyway when the lease is gone; the database alone decides
+that, when the worker reconnects).
+
 No I/O and no locks: the owner calls due() when a heartbeat may be due,
 sends heartbeat_status for the jobs it returns, and hands the rows to
 beat().  Times are the owner's monotonic clock, passed in.
@@ -41,7 +49,9 @@ class Beat:
 class Leases:
     """The heartbeat schedule of one worker's jobs in hand."""
 
-    __slots__ = ("_interval", "_queue_names", "_warned", "every", "leased_at", "next_due", "overdue")
+    __slots__ = (
+        "_interval", "_presumed", "_queue_names", "_warned", "every", "leased_at", "next_due", "overdue",
+    )  # fmt: skip
 
     def __init__(self, settings: WorkerSettings, queue_names: str) -> None:
         self._interval = settings.heartbeat_interval
@@ -53,6 +63,8 @@ class Leases:
         self.leased_at: dict[int, float] = {}
         # jobs in hand past their deadline, as heartbeat_status said: no more heartbeats
         self.overdue: set[int] = set()
+        # (id, lease) of the jobs presumed_lost() named already
+        self._presumed: set[tuple[int, int]] = set()
 
     def interval_for(self, lease: float) -> float:
         """The heartbeat interval that keeps a lease of that many seconds: heartbeat_interval if
@@ -82,6 +94,7 @@ class Leases:
         else:
             self.leased_at = {job.id: now for job in jobs}
             self.overdue.clear()
+            self._presumed.clear()
             if interval is not None:
                 self.every = interval
             # and no lease in hand needs a heartbeat before one interval from now
@@ -106,6 +119,31 @@ class Leases:
             for job in live
             if now - self.leased_at[job.id] >= interval or 2 * interval >= (job._lease_seconds or 0.0)
         ]
+
+    def presumed_lost(self, unfinished: Iterable[Job], now: float) -> list[Job]:
+        """The jobs whose lease, as this worker last took or extended it, has run out by now (the database
+        could not be reached to extend it), each named once, with a warning.
+
+        A job whose claim gave no lease length counts under the default 60
+        s.  Jobs past their deadline are left out: the worker stopped
+        extending their lease on purpose, and said so.
+        """
+        lost = []
+        for job in unfinished:
+            key = (job.id, job.lease)
+            if key in self._presumed or job.id in self.overdue:
+                continue
+            leased_at = self.leased_at.get(job.id)
+            length = job._lease_seconds if job._lease_seconds is not None else DEFAULT_LEASE_SECONDS
+            if leased_at is not None and now - leased_at > length:
+                self._presumed.add(key)
+                lost.append(job)
+                logger.warning(
+                    "job %d: lease %d presumed lost (not extended for %.1f s, longer than its %g s, while "
+                    "the database could not be reached); asking its handler to stop",
+                    job.id, job.lease, now - leased_at, length,
+                )  # fmt: skip
+        return lost
 
     def beat(self, rows: Iterable[tuple[int, bool, bool]], now: float) -> Beat:
         """The rows of heartbeat_status (id, cancel_requested, overdue) sent at now."""

@@ -60,6 +60,21 @@ class WorkerSettings:
     in transaction pooling mode before version 1.21: a statement prepared on
     one server connection is missing on the next one a transaction gets.
 
+    ``network_timeout`` bounds how long a silent network goes unnoticed:
+    a worker cut off from the database (packets dropped, a firewall, a
+    half-open connection whose server side is gone) gives its connections
+    up after about that many seconds, logs ``database unavailable`` and
+    reconnects with backoff, instead of waiting on TCP's own timeouts (two
+    hours for an idle connection, fifteen minutes for unacknowledged data).
+    Each connection the worker opens gets, unless the conninfo sets them
+    itself, TCP keepalives that probe a silent connection (``keepalives_idle``
+    a third of it, then ``keepalives_count`` 3 probes ``keepalives_interval``
+    apart), ``tcp_user_timeout`` (sent data unacknowledged that long drops
+    the connection) and ``connect_timeout``, both network_timeout (see
+    pgjobq._connections).  Nothing is lost when it fires: leases live on the
+    jobs, not on connections, so the worker carries on with the jobs in
+    hand after reconnecting, and sends the acknowledgements it owes.
+
     ``observers`` are told what the worker does (``pgjobq.WorkerObserver``:
     claims, handler starts, outcomes, acknowledgements pending, reconnects),
     from the worker's own thread or event loop; one that raises is logged
@@ -81,6 +96,7 @@ class WorkerSettings:
     burst: bool = False
     name: str = field(default_factory=default_worker_name)
     reconnect_delay_max: float = 10.0
+    network_timeout: float = 10.0
     ack_interval: float = 0.005
     prepared_statements: bool = True
     observers: Sequence[WorkerObserver] = ()
@@ -119,6 +135,11 @@ class WorkerSettings:
         count("concurrency", 1000)
         for name in ("poll_interval", "reap_interval", "reconnect_delay_max"):
             seconds(name, getattr(self, name))
+        network = self.network_timeout
+        require(
+            _is_number(network) and 2 <= float(network) <= 3600,  # NaN fails the comparisons
+            f"network_timeout must be between 2 and 3600 seconds, got {network!r}",
+        )
         for name in ("lease_timeout", "heartbeat_interval"):
             if getattr(self, name) is not None:  # None: decided by the leases the queue hands out
                 seconds(name, getattr(self, name))

@@ -75,7 +75,14 @@ run on a pool of that many threads.  The loop:
   caller's thread);
 - when the database goes away, reconnects with capped exponential backoff
   and carries on; acknowledgements pending meanwhile are sent afterwards
-  (the database refuses any whose lease was reaped in between);
+  (the database refuses any whose lease was reaped in between).  A network
+  gone silent is noticed within ``network_timeout`` (TCP keepalives and
+  timeouts on its connections: pgjobq._connections); a server that turns
+  out read-only (a standby) counts as unavailable too, and a multi-host
+  conninfo reconnects to whichever server is the primary now.  While it
+  cannot reach the database, a job whose lease has run out by the worker's
+  own clock gets its ``cancel_requested`` set: another worker may be
+  running it already;
 - refuses to start on a database whose pgjobq extension this package does
   not support (IncompatibleExtension), and refuses a coroutine function as
   handler (ConfigurationError): its jobs would be marked done without running
@@ -316,11 +323,12 @@ class Worker:
                         self._observers.reconnected()
                 self._step()
                 backoff.reset()  # only a step that worked ends the backoff, not a connection alone
-            except psycopg.OperationalError as exc:
+            except _connections.UNAVAILABLE as exc:
                 self._disconnect()
                 self._reconnecting = self._started  # a reconnect once it had connected
                 pause = backoff.next()  # doubling up to reconnect_delay_max, with jitter
-                logger.warning("database unavailable (%s); retrying in %.1f s", first_line(exc), pause)
+                logger.warning("%s; retrying in %.1f s", _connections.unavailable(exc), pause)
+                self._presume_lost()
                 self._sleep(pause)
 
     def _step(self) -> None:
@@ -831,6 +839,14 @@ class Worker:
             job._request_cancel()  # its handler may as well stop
         self._request_cancel(beat.cancels, "at a heartbeat")
 
+    def _presume_lost(self) -> None:
+        """The database cannot be reached: ask the handlers of the jobs in hand whose lease has run out by
+        this worker's clock to stop (pgjobq._leases.Leases.presumed_lost).  Loop or keeper thread."""
+        with self._lock:
+            lost = self._leases.presumed_lost(self._unfinished(), time.monotonic())
+        for job in lost:
+            job._request_cancel()
+
     # -- the keeper thread (concurrency 1) -------------------------------------
 
     def _keep(self) -> None:
@@ -881,6 +897,7 @@ class Worker:
             if failed is not None:
                 # what fell due stays due: wait, or this would spin until the loop reconnects
                 logger.debug("keeper: %s; left to the worker's loop", failed)
+                self._presume_lost()  # the loop may be in a handler a long while yet
                 with self._lock:
                     if not self._closing:
                         self._keeper_wake.wait(min(1.0, self._leases.every))
@@ -1006,7 +1023,10 @@ class Worker:
 
     def _open(self, role: str) -> psycopg.Connection[Any]:
         conn = psycopg.connect(
-            self.conninfo, autocommit=True, application_name=_connections.app_name(role, self.settings)
+            self.conninfo,
+            autocommit=True,
+            application_name=_connections.app_name(role, self.settings),
+            **_connections.network_options(self.conninfo, self.settings),
         )
         _connections.configure(conn, self.settings)
         return conn

@@ -412,6 +412,10 @@ SETTINGS: dict[str, tuple[dict[str, Any], str]] = {
     "heartbeat-0": ({"heartbeat_interval": 0}, "heartbeat_interval must be positive"),
     "reap-0": ({"reap_interval": 0}, "reap_interval must be positive"),
     "reconnect-delay-negative": ({"reconnect_delay_max": -1}, "reconnect_delay_max must be positive"),
+    "network-timeout-1": ({"network_timeout": 1}, "network_timeout must be between 2 and 3600 seconds"),
+    "network-timeout-nan": ({"network_timeout": math.nan}, "network_timeout must be between 2 and 3600"),
+    "network-timeout-bool": ({"network_timeout": True}, "network_timeout must be between 2 and 3600"),
+    "network-timeout-day": ({"network_timeout": 86400}, "network_timeout must be between 2 and 3600"),
     "ack-negative": ({"ack_interval": -0.1}, "ack_interval must be at least 0"),
     "name-empty": ({"name": ""}, "name must be 1 to 200 characters"),
     "name-too-long": ({"name": "w" * 201}, "name must be 1 to 200 characters"),
@@ -439,6 +443,7 @@ CLI_SETTINGS: dict[str, tuple[tuple[str, ...], str]] = {
     ),
     "reap-0": (("--reap-interval", "0"), "reap_interval must be positive"),
     "reconnect-delay-0": (("--reconnect-delay-max", "0"), "reconnect_delay_max must be positive"),
+    "network-timeout-1": (("--network-timeout", "1"), "network_timeout must be between 2 and 3600 seconds"),
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pgjobq import Job, WorkerSettings
 from pgjobq._leases import Leases
 
@@ -83,3 +85,58 @@ def test_a_job_past_its_deadline_gets_no_more_heartbeats() -> None:
     due = leases.due(jobs, now=30.0)
 
     assert [job.id for job in due or []] == [2]
+
+
+# -- while the database cannot be reached --------------------------------------
+
+
+def test_a_lease_not_extended_for_longer_than_its_length_is_presumed_lost_once() -> None:
+    leases = Leases(WorkerSettings(), "q")
+    jobs = [make_job(1, 10.0), make_job(2, 30.0)]
+    leases.held(jobs, now=0.0, alone=True)
+
+    assert leases.presumed_lost(jobs, now=10.0) == []
+    assert [job.id for job in leases.presumed_lost(jobs, now=10.5)] == [1]
+    assert leases.presumed_lost(jobs, now=20.0) == []  # named once
+    assert [job.id for job in leases.presumed_lost(jobs, now=31.0)] == [2]
+
+
+def test_a_heartbeat_that_went_through_counts_from_its_own_time() -> None:
+    leases = Leases(WorkerSettings(), "q")
+    job = make_job(1, 10.0)
+    leases.held([job], now=0.0, alone=True)
+    leases.beat([(1, False, False)], now=8.0)
+
+    assert leases.presumed_lost([job], now=17.0) == []
+    assert [j.id for j in leases.presumed_lost([job], now=18.5)] == [1]
+
+
+def test_a_job_past_its_deadline_is_not_presumed_lost_its_lease_ends_on_purpose() -> None:
+    leases = Leases(WorkerSettings(), "q")
+    job = make_job(1, 10.0)
+    leases.held([job], now=0.0, alone=True)
+    leases.beat([(1, False, True)], now=1.0)
+
+    assert leases.presumed_lost([job], now=60.0) == []
+
+
+def test_a_claim_without_a_lease_length_counts_under_the_default_lease() -> None:
+    leases = Leases(WorkerSettings(), "q")
+    job = make_job(1, None)
+    leases.held([job], now=0.0, alone=True)
+
+    assert leases.presumed_lost([job], now=59.0) == []
+    assert [j.id for j in leases.presumed_lost([job], now=61.0)] == [1]
+
+
+def test_a_job_claimed_again_under_a_new_lease_is_named_again() -> None:
+    leases = Leases(WorkerSettings(), "q")
+    first = make_job(1, 10.0)
+    leases.held([first], now=0.0, alone=False)
+    assert [j.lease for j in leases.presumed_lost([first], now=11.0)] == [1]
+
+    again = dataclasses.replace(first, lease=2)
+    leases.held([again], now=20.0, alone=False)
+
+    assert leases.presumed_lost([again], now=25.0) == []
+    assert [j.lease for j in leases.presumed_lost([again], now=31.0)] == [2]
