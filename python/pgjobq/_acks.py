@@ -6,8 +6,11 @@ a job reaped meanwhile (``lost``).  Every other outcome is reported on its
 own by :func:`report`, a generator that yields the statements to send
 (pgjobq._proto.Call) and is sent each one's value (or has its error thrown
 in), then returns the Outcome: jobq.release for a job asked to stop before
-its handler started, jobq.snooze for Snooze (a delay the database refuses
-fails the job instead), jobq.fail for the rest (with retry_in for Retry).
+its handler started, and for a job whose lease the worker presumed lost
+(it could not reach the database to extend it) unless its handler snoozed:
+the attempt was cut short by the worker, not by the job; jobq.snooze for
+Snooze (a delay the database refuses fails the job instead), jobq.fail for
+the rest (with retry_in for Retry).
 :func:`drive` runs it on a sync connection; the AsyncWorker awaits each
 statement the same way.
 """
@@ -21,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from pgjobq import _proto
-from pgjobq._errors import InvalidArgument, JobNotFound, LeaseLost, Retry, Snooze
+from pgjobq._errors import InvalidArgument, JobNotFound, LeaseLost, Retry, Snooze, first_line
 from pgjobq._job import Job
 from pgjobq._observe import Outcome
 
@@ -76,8 +79,11 @@ def encode_result(handler: object, result: object) -> str | None:
 
 
 def lost(job: Job, what: str) -> None:
-    """Log that the database refused job's lease: a warning, unless the job was cancelled meanwhile."""
-    if job._cancel_is_set():  # most likely cancelled by force, which voids the lease
+    """Log that the database refused job's lease: a warning, unless the job was cancelled meanwhile, or
+    the worker presumed the lease lost already (and warned then)."""
+    if job._lease_presumed_lost():
+        logger.info("job %d: lease %d gone, as presumed; %s", job.id, job.lease, what)
+    elif job._cancel_is_set():  # most likely cancelled by force, which voids the lease
         logger.info("job %d: lease %d void (cancelled meanwhile?); %s", job.id, job.lease, what)
     else:
         logger.warning("job %d: lease %d lost; %s", job.id, job.lease, what)
@@ -104,6 +110,25 @@ def _when(moment: datetime | None) -> str:
 
 def report(job: Job, error: BaseException) -> Report:
     """Report one outcome other than success (see the module docstring)."""
+    if job._lease_presumed_lost() and not isinstance(error, Snooze):
+        # The worker asked the handler to stop (or not to start) because it could not reach the database
+        # to extend the lease: the attempt is not the job's to count.  Handed back: queued again with the
+        # attempt given back, or cancelled if jobq.cancel asked meanwhile; refused if reaped meanwhile.
+        try:
+            yield _proto.release(job.id, job.lease)
+        except (LeaseLost, JobNotFound):
+            lost(
+                job,
+                "not started"
+                if isinstance(error, CancelledUnstarted)
+                else f"stopped ({type(error).__name__}: {first_line(error)})",
+            )
+            return "lost"
+        logger.info(
+            "job %d handed back, attempt %d given back: its lease was presumed lost, and its handler %s",
+            job.id, job.attempts, "had not started" if isinstance(error, CancelledUnstarted) else "stopped",
+        )  # fmt: skip
+        return "released"
     if isinstance(error, CancelledUnstarted):
         try:
             yield _proto.release(job.id, job.lease)

@@ -216,7 +216,7 @@ class AsyncWorker:
                 logger.warning("%s; retrying in %.1f s", _connections.unavailable(exc), pause)
                 # the database cannot be reached: jobs whose lease ran out by our clock are to stop
                 for job in self._leases.presumed_lost(self._hand.unfinished(), time.monotonic()):
-                    job._request_cancel()
+                    job._presume_lost()
                 await self._sleep(pause)
 
     async def _step(self) -> None:

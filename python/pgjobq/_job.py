@@ -36,7 +36,11 @@ class Job:
     it learns that the job should stop: ``jobq.cancel`` asked for it (the
     worker hears it within a tenth of a second by notification, or at its
     next heartbeat), or the job's lease is gone (force-cancelled, or reaped),
-    so that its result would be discarded anyway.  It is never cleared, and
+    so that its result would be discarded anyway, or the worker could not
+    reach the database to extend the lease for longer than its length (the
+    lease is presumed lost: another worker may be running the job; a handler
+    that then raises has its job handed back, the attempt not counted, rather
+    than failed).  It is never cleared, and
     the deadline passing does not set it.  A long handler polls
     ``job.cancel_requested.is_set()`` between steps, or waits on it
     (``if job.cancel_requested.wait(5): ...``).  To leave the
@@ -91,6 +95,19 @@ class Job:
         """Set cancel_requested (from any thread; a coroutine in wait_for_cancel wakes up)."""
         self.cancel_requested.set()
 
+    def _presume_lost(self) -> None:
+        """Set cancel_requested because the worker presumes the lease lost: it could not reach the database
+        to extend it for longer than its length (pgjobq._leases.Leases.presumed_lost)."""
+        event = self.cancel_requested
+        assert isinstance(event, _CancelEvent)
+        event.presumed_lost = True  # before set(): whoever sees the event set can tell why
+        event.set()
+
+    def _lease_presumed_lost(self) -> bool:
+        """Whether the worker asked the handler to stop because it presumed the lease lost."""
+        event = self._cancel
+        return event is not None and event.presumed_lost
+
     async def wait_for_cancel(self, timeout: float | None = None) -> bool:
         """Wait (without blocking the event loop) until cancel_requested is set; whether it is.
 
@@ -109,6 +126,8 @@ class _CancelEvent(threading.Event):
     def __init__(self) -> None:
         super().__init__()
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        # set by the worker, with the event, when it presumed the job's lease lost (Job._presume_lost)
+        self.presumed_lost = False
 
     def set(self) -> None:
         with _CANCEL_LOCK:

@@ -140,7 +140,8 @@ class Leases:
                 lost.append(job)
                 logger.warning(
                     "job %d: lease %d presumed lost (not extended for %.1f s, longer than its %g s, while "
-                    "the database could not be reached); asking its handler to stop",
+                    "the database could not be reached); asking its handler to stop (if it does, the job is "
+                    "handed back, its attempt not counted)",
                     job.id, job.lease, now - leased_at, length,
                 )  # fmt: skip
         return lost

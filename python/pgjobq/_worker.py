@@ -845,7 +845,7 @@ class Worker:
         with self._lock:
             lost = self._leases.presumed_lost(self._unfinished(), time.monotonic())
         for job in lost:
-            job._request_cancel()
+            job._presume_lost()
 
     # -- the keeper thread (concurrency 1) -------------------------------------
 

@@ -1,16 +1,19 @@
 """The small parts both workers share, without a database: cancel notifications, the reconnect backoff,
-the handlers' results and kinds."""
+the handlers' results and kinds, and how an outcome is reported."""
 
 from __future__ import annotations
 
 import functools
+from datetime import datetime, timezone
+from typing import Any
 
 import pytest
 
-from pgjobq import InvalidArgument, Job
-from pgjobq._acks import encode_result, is_coroutine_function
+from pgjobq import InvalidArgument, Job, LeaseLost, Retry, Snooze
+from pgjobq._acks import CancelledUnstarted, drive, encode_result, is_coroutine_function, report
 from pgjobq._backoff import Backoff
 from pgjobq._listen import cancel_ids
+from pgjobq._proto import Call
 
 
 def test_a_cancel_notification_names_its_job_ids() -> None:
@@ -66,3 +69,56 @@ def test_coroutine_functions_are_told_from_plain_ones() -> None:
     assert is_coroutine_function(functools.partial(coroutine_handler))
     assert not is_coroutine_function(print)
     assert not is_coroutine_function(lambda job: coroutine_handler(job))
+
+
+# -- reporting a job whose lease the worker presumed lost ----------------------
+
+
+def presumed_lost_job() -> Job:
+    job = Job(id=7, queue="q", payload={}, priority=0, attempts=1, max_attempts=1, lease=3)
+    job._presume_lost()
+    return job
+
+
+@pytest.mark.parametrize("error", [RuntimeError("stopped"), Retry(5), CancelledUnstarted()])
+def test_a_job_whose_lease_was_presumed_lost_is_handed_back_not_failed(error: BaseException) -> None:
+    job = presumed_lost_job()
+    sent: list[str] = []
+
+    def run(call: Call[Any]) -> None:
+        sent.append(call.name)
+
+    assert drive(report(job, error), run) == "released"
+    assert sent == ["release"]
+    assert job.cancel_requested.is_set()
+
+
+def test_a_snooze_after_the_presumption_still_snoozes() -> None:
+    sent: list[str] = []
+
+    def run(call: Call[Any]) -> datetime:
+        sent.append(call.name)
+        return datetime.now(timezone.utc)
+
+    assert drive(report(presumed_lost_job(), Snooze(1)), run) == "snoozed"
+    assert sent == ["snooze"]
+
+
+def test_a_hand_back_the_database_refuses_is_lost() -> None:
+    def run(call: Call[Any]) -> None:
+        raise LeaseLost("lease 3 of job 7 is not current")
+
+    assert drive(report(presumed_lost_job(), RuntimeError("stopped")), run) == "lost"
+
+
+def test_a_job_asked_to_stop_by_the_database_still_fails() -> None:
+    job = Job(id=7, queue="q", payload={}, priority=0, attempts=1, max_attempts=3, lease=3)
+    job._request_cancel()
+    sent: list[str] = []
+
+    def run(call: Call[Any]) -> tuple[str, None]:
+        sent.append(call.name)
+        return ("cancelled", None)
+
+    assert drive(report(job, RuntimeError("stopped")), run) == "cancelled"
+    assert sent == ["fail"]

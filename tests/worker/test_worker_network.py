@@ -123,13 +123,15 @@ def test_a_worker_told_to_take_any_server_meets_read_only_writes_waits_and_retri
     assert wait_until(lambda: statuses(db) == {"done": 3}, timeout=20), caplog.text
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_a_worker_cut_off_past_a_lease_asks_its_handler_to_stop_and_its_late_report_is_refused(
-    db: Db, dsn: str, workers: Workers, kind: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.INFO, logger="pgjobq.worker")
-    job_id = pgjobq.enqueue(db, "default", {}, max_attempts=3)
-    runs: list[tuple[int, float | None]] = []  # (lease, seconds until cancel_requested, None: never)
+def cut_off_past_the_lease(
+    db: Db, dsn: str, workers: Workers, kind: str, log: pytest.LogCaptureFixture, *, reaped: bool
+) -> tuple[int, list[tuple[int, float | None]]]:
+    """A job whose worker cannot reach the database (its role refused logins, its connections terminated)
+    for longer than the job's 2 s lease, reaped by another worker meanwhile or not; then the worker may log
+    in again.  The job's id, and its runs: (lease, seconds until cancel_requested, None: not asked)."""
+    # max_attempts 1 unless reaped: a reap of an expired lease counts the attempt
+    job_id = pgjobq.enqueue(db, "default", {}, max_attempts=3 if reaped else 1)
+    runs: list[tuple[int, float | None]] = []
     started = threading.Event()
 
     def handler(job: Job) -> None:
@@ -144,29 +146,56 @@ def test_a_worker_cut_off_past_a_lease_asks_its_handler_to_stop_and_its_late_rep
     with login_role(db) as role:
         db.execute(sql.SQL("SELECT jobq.grant_worker({}::regrole)").format(sql.Literal(role)))
         workers.start(kind, f"{dsn} user={role}", handler, lease_timeout=2.0)
-        assert started.wait(15), caplog.text
+        assert started.wait(15), log.text
         db.execute(sql.SQL("ALTER ROLE {} NOLOGIN").format(sql.Identifier(role)))
         db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,))
 
-        assert wait_until(lambda: bool(runs), timeout=20), caplog.text
+        assert wait_until(lambda: bool(runs), timeout=20), log.text
         lease, heard_after = runs[0]
-        assert lease == 1 and heard_after is not None, caplog.text
+        assert lease == 1 and heard_after is not None, log.text
         # not before the lease (2 s) ran out by the worker's clock; noticed at a reconnect attempt or a
         # keeper's round (each at most 1 s apart), with slack for a busy machine
-        assert 1.5 <= heard_after <= 2.0 + 1.0 + 5.0, caplog.text
-        assert f"job {job_id}: lease 1 presumed lost" in caplog.text
-
-        # another worker (here: the test) reaps the job meanwhile; then the network "heals"
-        assert wait_until(lambda: scalar(db, "SELECT count(*) FROM jobq.reap()") == 1, timeout=10)
+        assert 1.5 <= heard_after <= 2.0 + 1.0 + 5.0, log.text
+        assert f"job {job_id}: lease 1 presumed lost" in log.text
+        if reaped:  # another worker (here: the test) takes the job back meanwhile
+            assert wait_until(lambda: scalar(db, "SELECT count(*) FROM jobq.reap()") == 1, timeout=10)
         db.execute(sql.SQL("ALTER ROLE {} LOGIN").format(sql.Identifier(role)))
 
-        assert wait_until(lambda: statuses(db) == {"done": 1}, timeout=20), caplog.text
-        # refused: at INFO, since the worker had asked the handler to stop (pgjobq._acks.lost)
-        assert f"job {job_id}: lease 1 void (cancelled meanwhile?); failure discarded" in caplog.text
-        assert [lease for lease, _ in runs] == [1, 2]
-        row = db.execute("SELECT lease, attempts FROM jobq.jobs WHERE id = %s", (job_id,)).fetchone()
-        assert row == {"lease": 2, "attempts": 2}
+        assert wait_until(lambda: statuses(db) == {"done": 1}, timeout=20), log.text
         workers.stop_all()  # before its role is dropped
+    return job_id, runs
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_worker_cut_off_past_a_lease_asks_its_handler_to_stop_and_its_late_report_is_refused(
+    db: Db, dsn: str, workers: Workers, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="pgjobq.worker")
+
+    job_id, runs = cut_off_past_the_lease(db, dsn, workers, kind, caplog, reaped=True)
+
+    # the handler stopped: the worker hands the job back, and the database refuses (it was reaped)
+    assert f"job {job_id}: lease 1 gone, as presumed; stopped (RuntimeError: stopped:" in caplog.text
+    assert [lease for lease, _ in runs] == [1, 2]
+    row = db.execute("SELECT lease, attempts FROM jobq.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row == {"lease": 2, "attempts": 2}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_handler_stopped_on_a_presumed_lost_lease_hands_its_job_back_without_spending_the_attempt(
+    db: Db, dsn: str, workers: Workers, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Nobody reaped meanwhile (the whole fleet was cut off, as in a failover): the lease still holds
+    # when the worker is back.  The attempt was cut short by the worker, not by the job: with
+    # max_attempts 1, a failure would end the job failed for good.
+    caplog.set_level(logging.INFO, logger="pgjobq.worker")
+
+    job_id, runs = cut_off_past_the_lease(db, dsn, workers, kind, caplog, reaped=False)
+
+    assert f"job {job_id} handed back, attempt 1 given back: its lease was presumed lost" in caplog.text
+    assert [lease for lease, _ in runs] == [1, 2]
+    row = db.execute("SELECT lease, attempts FROM jobq.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert row == {"lease": 2, "attempts": 1}
 
 
 def test_a_lease_still_valid_when_the_database_comes_back_is_not_presumed_lost(
