@@ -8,9 +8,15 @@
 #                  then chaos-limits'
 #   make chaos-limits  the flow-control chaos run: 50,000 jobs on limited queues and a 1-second
 #                  schedule, 8 workers, faults injected (tests/helpers/chaos_limits.py --full)
+#   make chaos-net  workers on three test hosts (network namespaces: needs root) while the network
+#                  fails: a host cut off, latency, packet loss, half-open connections
+#                  (tests/helpers/chaos_net.py --full)
+#   make chaos-failover  a primary killed under load and its standby promoted, 40,000 jobs, 8
+#                  workers: synchronous, then asynchronous replication (tests/helpers/failover.py)
 #   make bench     every contender side by side, report and plots in bench/results (<= 15 min)
 #   make bench-quick  the same, smaller (< 2 min)
 #   make bench-instructions  server instructions per job on the hot paths, this version and the previous
+#   make bench-scaling  where one server saturates, what grows with the table, 1 server vs 3 (7-13 min)
 #   make lint      ruff and mypy
 
 EXTENSION  = pgjobq
@@ -47,7 +53,7 @@ VENV_PYTHON ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 
-.PHONY: build deps venv test demo lint chaos chaos-limits bench bench-quick bench-profile bench-instructions
+.PHONY: build deps venv test demo lint chaos chaos-limits chaos-net chaos-failover bench bench-quick bench-profile bench-instructions bench-scaling
 
 build: $(SCRIPT)
 
@@ -87,6 +93,14 @@ chaos-limits: deps venv
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) tests/helpers/chaos_limits.py --full
 
+chaos-net: deps venv
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(PY) tests/helpers/chaos_net.py --full
+
+chaos-failover: deps venv
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(PY) tests/helpers/failover.py --full --mode both
+
 bench: venv
 	@tools/ensure-deps bench
 	@$(MAKE) --no-print-directory install >/dev/null
@@ -106,6 +120,11 @@ bench-instructions: venv
 	@tools/ensure-deps bench
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) bench/instructions.py --write
+
+bench-scaling: venv
+	@tools/ensure-deps bench
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(PY) bench/scaling.py
 
 lint: venv
 	$(VENV)/bin/ruff check python tests tools demo bench

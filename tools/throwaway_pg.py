@@ -6,6 +6,13 @@ on exit.  PostgreSQL refuses to run as root, so when this process is root the
 server runs as an unprivileged user (``postgres`` when it exists, else
 ``nobody``) that owns the data folder; callers never see the difference.
 
+A running server can be given a streaming standby (``standby()``: a base
+backup taken by pg_basebackup into a folder and port of its own, following
+the server under an application_name that ``synchronous_standby_names`` can
+name), which ``promote()`` turns into a primary; ``wait_for_standby`` and
+``wait_replayed`` wait for it to stream and to catch up.  These few calls
+use psycopg, imported when called.
+
 Command line, for a server to poke at by hand::
 
     python tools/throwaway_pg.py --dir /tmp/pg start    # prints the DSN
@@ -24,10 +31,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["ThrowawayPostgres", "find_bindir", "server_user"]
 
@@ -41,6 +49,10 @@ BASE_SETTINGS: Mapping[str, str] = {
     "log_min_messages": "warning",
     "log_line_prefix": "'%m [%p] '",
 }
+
+# A standby's application_name (its name in pg_stat_replication and synchronous_standby_names) and
+# replication slot: a plain lower-case identifier, so that it needs no quoting in either.
+STANDBY_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 # For tests only: no fsync.  Safe against a PostgreSQL crash (the OS keeps
 # the writes), unlike synchronous_commit = off, which would lose commits.
@@ -220,6 +232,113 @@ class ThrowawayPostgres:
     def is_running(self) -> bool:
         result = self.run(str(self.bindir / "pg_ctl"), "status", "-D", str(self.data_dir), check=False)
         return result.returncode == 0
+
+    # -- replication ----------------------------------------------------------
+
+    def query(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """Run one statement as the superuser on a connection of its own; its rows (none: [])."""
+        import psycopg  # here: the rest of this module needs nothing outside the standard library
+
+        with psycopg.connect(self.dsn(), autocommit=True, connect_timeout=10) as conn:
+            cursor = conn.execute(statement, params)
+            return cursor.fetchall() if cursor.description is not None else []
+
+    def alter_system(self, name: str, value: str) -> None:
+        """ALTER SYSTEM SET name = value (a string), then reload the configuration."""
+        import psycopg
+        from psycopg import sql
+
+        statement = sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+        with psycopg.connect(self.dsn(), autocommit=True, connect_timeout=10) as conn:
+            conn.execute(statement)
+            conn.execute("SELECT pg_reload_conf()")
+
+    def standby(
+        self,
+        base_dir: Path | None = None,
+        *,
+        name: str = "standby",
+        port: int | None = None,
+        upstream_port: int | None = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> ThrowawayPostgres:
+        """A streaming standby of this running server, made by pg_basebackup; not started yet.
+
+        The base backup (``pg_basebackup -R -X stream``, run as the server's
+        account) creates a physical replication slot named ``name`` on this
+        server, so that WAL the standby has not received yet is kept while it
+        is stopped.  The standby follows this server as ``application_name =
+        name`` (for ``synchronous_standby_names``), through upstream_port
+        instead of this server's port when given (a relay the caller runs).
+        It keeps this server's settings, its own port and folder, plus
+        ``settings``, but never ``synchronous_standby_names``: a standby
+        promoted with it set would wait on every commit for a standby of its
+        own that does not exist.
+        """
+        if STANDBY_NAME.fullmatch(name) is None:
+            raise ValueError(f"standby name must be a lower-case identifier, got {name!r}")
+        if not self.is_running():
+            raise RuntimeError("a standby is made from a running server: start() it first")
+        inherited = {k: v for k, v in self.settings.items() if k != "synchronous_standby_names"}
+        standby = ThrowawayPostgres(
+            base_dir,
+            port=port,
+            settings={**inherited, **(settings or {})},
+            keep=self.keep,
+            bindir=self.bindir,
+        )
+        standby._prepare_dir()
+        standby.run(
+            str(self.bindir / "pg_basebackup"),
+            "-h", self.host, "-p", str(self.port), "-U", SUPERUSER,
+            "-D", str(standby.data_dir),
+            "-X", "stream", "-R", "-C", "-S", name, "-c", "fast", "--no-sync",
+        )  # fmt: skip
+        conf = dict(standby.settings, port=str(standby.port), unix_socket_directories=f"'{standby.base_dir}'")
+        with (standby.data_dir / "postgresql.conf").open("a") as handle:
+            handle.write("\n# pgjobq throwaway standby\n" + "".join(f"{k} = {v}\n" for k, v in conf.items()))
+        # postgresql.auto.conf is read last, and its last line for a setting wins: after what
+        # pg_basebackup -R wrote there, and after any ALTER SYSTEM of this server it copied
+        upstream = (
+            f"host={self.host} port={upstream_port or self.port} user={SUPERUSER} application_name={name}"
+        )
+        with (standby.data_dir / "postgresql.auto.conf").open("a") as handle:
+            handle.write(f"primary_conninfo = '{upstream}'\nsynchronous_standby_names = ''\n")
+        return standby
+
+    def promote(self, timeout: float = 60) -> None:
+        """Promote this standby to a primary (pg_ctl promote), waiting until it accepts writes."""
+        self.run(
+            str(self.bindir / "pg_ctl"), "promote", "-w", "-t", str(int(timeout)), "-D", str(self.data_dir)
+        )
+
+    def wait_for_standby(self, name: str, *, sync: bool = False, timeout: float = 60) -> None:
+        """Wait until the standby name streams from this server (and, when sync, is its synchronous one)."""
+        self._wait(
+            "SELECT EXISTS (SELECT FROM pg_stat_replication WHERE application_name = %s"
+            " AND state = 'streaming' AND (NOT %s OR sync_state = 'sync'))",
+            (name, sync),
+            timeout,
+            f"standby {name} streaming" + (" synchronously" if sync else ""),
+        )
+
+    def wait_replayed(self, name: str, timeout: float = 60) -> None:
+        """Wait until the standby name has replayed all the WAL this server had written when called."""
+        ((target,),) = self.query("SELECT pg_current_wal_lsn()")
+        self._wait(
+            "SELECT EXISTS (SELECT FROM pg_stat_replication"
+            " WHERE application_name = %s AND replay_lsn >= %s::pg_lsn)",
+            (name, target),
+            timeout,
+            f"standby {name} replayed up to {target}",
+        )
+
+    def _wait(self, statement: str, params: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.query(statement, params)[0][0]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gave up waiting, after {timeout:g} s, for {what}")
+            time.sleep(0.05)
 
     def log_tail(self, lines: int = 30) -> str:
         try:

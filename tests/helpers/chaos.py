@@ -98,7 +98,21 @@ from helpers.processes import cpu_seconds, pgjobq_command, process_env, wait_unt
 from helpers.sqlhelpers import Db  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
-__all__ = ["ChaosConfig", "Invariant", "Report", "evidence", "main", "privileges", "render", "run_chaos"]
+__all__ = [
+    "ChaosConfig",
+    "Fleet",
+    "Invariant",
+    "Producer",
+    "Report",
+    "core_invariants",
+    "evidence",
+    "main",
+    "prepare",
+    "print_tables",
+    "privileges",
+    "render",
+    "run_chaos",
+]
 
 QUEUE = "chaos"
 WORKER_ROLE = "chaos_worker"  # the workers' login role: the worker level and the handler's tables
@@ -277,23 +291,27 @@ class Fleet:
         self.every: list[WorkerProc] = []
         self.unexpected_exits: list[tuple[str, int | None]] = []
 
-    def spawn(self, slot: int) -> WorkerProc:
-        name = f"w{len(self.every) + 1:03d}"
+    def command(self, slot: int, name: str) -> tuple[list[str], dict[str, str]]:
+        """The argv and the environment of the worker name, started in slot (a subclass may wrap them)."""
         c = self.config
-        log_path = self.log_dir / f"worker-{name}.log"
-        log = log_path.open("wb")
-        lease = c.lease_of(slot)
         argv = pgjobq_command(
             "worker", "helpers.chaos_handlers:run",
             "--queue", QUEUE,
             "--concurrency", str(1 if slot < c.inline_slots else c.concurrency),
             "--batch", str(c.batch),
-            "--lease-timeout", str(lease),
+            "--lease-timeout", str(c.lease_of(slot)),
             "--reap-interval", str(c.reap_interval),
             "--poll-interval", str(c.poll_interval),
             "--log-level", "INFO",
         )  # fmt: skip
-        env = process_env(self.dsn, PGJOBQ_WORKER_NAME=name)
+        return argv, process_env(self.dsn, PGJOBQ_WORKER_NAME=name)
+
+    def spawn(self, slot: int) -> WorkerProc:
+        name = f"w{len(self.every) + 1:03d}"
+        log_path = self.log_dir / f"worker-{name}.log"
+        log = log_path.open("wb")
+        lease = self.config.lease_of(slot)
+        argv, env = self.command(slot, name)
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
         worker = WorkerProc(name, lease, process, log_path, log)
         self.slots[slot] = worker
@@ -1390,56 +1408,16 @@ def privileges(conn: Db, role: str) -> dict[str, Any]:
     return _one(conn, PRIVILEGES, {"role": role})
 
 
-def check(
-    conn: Db,
-    config: ChaosConfig,
-    chaos: Chaos,
-    fleet: Fleet,
-    exits: dict[str, int | None],
-    canceller: Canceller,
-) -> tuple[list[Invariant], dict[str, str]]:
-    """The invariants and the counts, from the evidence tables and the workers' logs."""
-    found = evidence(conn, fleet.leases(), WORKER_ROLE, CANCELLER_ROLE, conn.info.user)
-    lost, claims, stale, dups, effects, counts, reaps, leases, roles = (
-        found[k] for k in ("lost", "claims", "stale", "dups", "effects", "counts", "reaps", "leases", "roles")
+def core_invariants(found: Mapping[str, Mapping[str, Any]]) -> dict[str, Invariant]:
+    """The invariants every chaos run checks, by key, from its evidence(): nothing lost, no overlapping
+    leases, no stale or second completion, every duplicate execution explained, no early reap, one effect
+    per done job."""
+    lost, claims, stale, dups, effects, reaps = (
+        found[k] for k in ("lost", "claims", "stale", "dups", "effects", "reaps")
     )
-    unique, forced, results, absorbing, requests, snoozes, replaces = (
-        found[k] for k in ("unique", "forced", "results", "absorbing", "requests", "snoozes", "replaces")
-    )
-    shared_now = found["shared"]["shared"]
-    read, misread = read_back(conn, 200, config.seed)
-    producer = chaos.producer
-    deadlocked = sum(w.log_text().count("deadlock detected") for w in fleet.every)
-    allowed = privileges(conn, WORKER_ROLE)
-    beyond = (
-        (["role attributes"] if allowed["attributes"] else [])
-        + (["role memberships"] if allowed["memberships"] else [])
-        + (["jobq.jobs"] if allowed["table_access"] else [])
-        + list(allowed["other_functions"])
-    )
-    not_reaping = sum(w.log_text().count("not reaping:") for w in fleet.every)
-    by_length = {float(k): int(n) for k, n in leases["claims_by_length"].items()}
-    unused = [lease for lease in config.leases if not by_length.get(lease)]
-
-    refused_all = sum(len(REFUSED.findall(w.log_text())) for w in fleet.every)
-    stop = chaos.stop
-    late_refused = late_refusals(stop) if stop is not None else 0
-
     double = claims["overlaps"] + claims["bad_claims"] + claims["unleased_claims"]
     unexplained = dups["same_lease"] + dups["unexplained"]
-    restarts = chaos.restarts
-    modes = sorted(r.mode for r in restarts)
-    slowest = [max((s if s is not None else math.inf) for s in r.reconnect.values()) for r in restarts]
-    cpu_limit = [0.25 * r.outage + 0.2 for r in restarts]
-    cpu_worst = [max(r.cpu.values(), default=0.0) for r in restarts]
-    lines_worst = [max(r.log_lines.values(), default=0) for r in restarts]
-    unclean = {name: status for name, status in exits.items() if status != 0}
-
-    def secs(values: list[float]) -> str:
-        return ", ".join("never" if math.isinf(v) else f"{v:.1f} s" for v in values) or "-"
-
     margin = "" if reaps["least_margin"] is None else f"; closest {reaps['least_margin']:.3f} s after expiry"
-
     invariants = [
         Invariant(
             "lost", "lost jobs (acknowledged id not ended by its rules; cancelled unasked)",
@@ -1472,6 +1450,67 @@ def check(
             reaps["early"] == 0 and reaps["reaps"] > 0,
         ),
         Invariant(
+            "effects_exactly_once", "effects-mode jobs without exactly one effect per done job",
+            f"{effects['wrong']} of {effects['done']} done", "0",
+            effects["wrong"] == 0 and effects["done"] > 0,
+        ),
+    ]  # fmt: skip
+    return {invariant.key: invariant for invariant in invariants}
+
+
+def check(
+    conn: Db,
+    config: ChaosConfig,
+    chaos: Chaos,
+    fleet: Fleet,
+    exits: dict[str, int | None],
+    canceller: Canceller,
+) -> tuple[list[Invariant], dict[str, str]]:
+    """The invariants and the counts, from the evidence tables and the workers' logs."""
+    found = evidence(conn, fleet.leases(), WORKER_ROLE, CANCELLER_ROLE, conn.info.user)
+    core = core_invariants(found)
+    dups, counts, leases, roles = (found[k] for k in ("dups", "counts", "leases", "roles"))
+    unique, forced, results, absorbing, requests, snoozes, replaces = (
+        found[k] for k in ("unique", "forced", "results", "absorbing", "requests", "snoozes", "replaces")
+    )
+    shared_now = found["shared"]["shared"]
+    read, misread = read_back(conn, 200, config.seed)
+    producer = chaos.producer
+    deadlocked = sum(w.log_text().count("deadlock detected") for w in fleet.every)
+    allowed = privileges(conn, WORKER_ROLE)
+    beyond = (
+        (["role attributes"] if allowed["attributes"] else [])
+        + (["role memberships"] if allowed["memberships"] else [])
+        + (["jobq.jobs"] if allowed["table_access"] else [])
+        + list(allowed["other_functions"])
+    )
+    not_reaping = sum(w.log_text().count("not reaping:") for w in fleet.every)
+    by_length = {float(k): int(n) for k, n in leases["claims_by_length"].items()}
+    unused = [lease for lease in config.leases if not by_length.get(lease)]
+
+    refused_all = sum(len(REFUSED.findall(w.log_text())) for w in fleet.every)
+    stop = chaos.stop
+    late_refused = late_refusals(stop) if stop is not None else 0
+
+    restarts = chaos.restarts
+    modes = sorted(r.mode for r in restarts)
+    slowest = [max((s if s is not None else math.inf) for s in r.reconnect.values()) for r in restarts]
+    cpu_limit = [0.25 * r.outage + 0.2 for r in restarts]
+    cpu_worst = [max(r.cpu.values(), default=0.0) for r in restarts]
+    lines_worst = [max(r.log_lines.values(), default=0) for r in restarts]
+    unclean = {name: status for name, status in exits.items() if status != 0}
+
+    def secs(values: list[float]) -> str:
+        return ", ".join("never" if math.isinf(v) else f"{v:.1f} s" for v in values) or "-"
+
+    invariants = [
+        core["lost"],
+        core["double_claims"],
+        core["stale_completions"],
+        core["second_completions"],
+        core["duplicates_explained"],
+        core["reaped_valid_lease"],
+        Invariant(
             "lease_lengths", "claims and heartbeats not under their worker's --lease-timeout",
             f"{leases['wrong']} of {leases['claims']} claims + {leases['heartbeats']} heartbeats ("
             + ", ".join(f"{n} claims under {k:g} s" for k, n in sorted(by_length.items())) + ")",
@@ -1485,11 +1524,7 @@ def check(
             "0",
             roles["foreign"] == 0 and not beyond and roles["reaps_by_role"] > 0 and not_reaping == 0,
         ),
-        Invariant(
-            "effects_exactly_once", "effects-mode jobs without exactly one effect per done job",
-            f"{effects['wrong']} of {effects['done']} done", "0",
-            effects["wrong"] == 0 and effects["done"] > 0,
-        ),
+        core["effects_exactly_once"],
         Invariant(
             "unique_keys", "two jobs holding one unique key at once (transition log; now; sampled)",
             f"{unique['overlaps']}; {shared_now}; {canceller.shared_seen} in {canceller.samples}"
@@ -1646,7 +1681,7 @@ def _server(config: ChaosConfig) -> Iterator[ThrowawayPostgres]:
         yield server
 
 
-def _prepare(dsn: str) -> tuple[str, str]:
+def prepare(dsn: str) -> tuple[str, str]:
     """Install the extension and the evidence tables; the DSNs of the workers (WORKER_ROLE, the worker
     level only) and of the canceller (CANCELLER_ROLE, the admin level)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -1667,7 +1702,7 @@ def run_chaos(config: ChaosConfig, workdir: Path) -> Report:
     workdir.mkdir(parents=True, exist_ok=True)
     with _server(config) as server:
         dsn = server.dsn()  # the superuser's: the producer's and the harness's
-        worker_dsn, canceller_dsn = _prepare(dsn)
+        worker_dsn, canceller_dsn = prepare(dsn)
         fleet = Fleet(worker_dsn, config, workdir)
         producer = Producer(dsn, config, workdir / "acked-ids.txt")
         chaos = Chaos(config, server, dsn, fleet, producer)
@@ -1739,6 +1774,26 @@ def keep_evidence(conn: Db, workdir: Path) -> Path:
     return folder
 
 
+def print_tables(
+    console: Console, title: str, invariants: list[Invariant], counts: Mapping[str, str]
+) -> None:
+    """Print the invariant table (title above it: what was run) and the counts table of a chaos run."""
+    table = Table(title=title)
+    table.add_column("invariant")
+    table.add_column("observed", justify="right")
+    table.add_column("expected", justify="right")
+    table.add_column("")
+    for inv in invariants:
+        table.add_row(inv.name, inv.observed, inv.expected, "[green]ok[/]" if inv.ok else "[red]FAIL[/]")
+    console.print(table)
+    counted = Table(title="counts", show_header=False)
+    counted.add_column("what")
+    counted.add_column("how many", justify="right")
+    for what, value in counts.items():
+        counted.add_row(what, value)
+    console.print(counted)
+
+
 def render(report: Report, console: Console | None = None) -> None:
     console = console or Console()
     c = report.config
@@ -1747,20 +1802,7 @@ def render(report: Report, console: Console | None = None) -> None:
         f" {c.workers} workers ({c.inline_slots} x 1 thread, the others x {c.concurrency}),"
         f" leases {' and '.join(f'{lease:g}' for lease in c.leases)} s"
     )
-    table = Table(title=title)
-    table.add_column("invariant")
-    table.add_column("observed", justify="right")
-    table.add_column("expected", justify="right")
-    table.add_column("")
-    for inv in report.invariants:
-        table.add_row(inv.name, inv.observed, inv.expected, "[green]ok[/]" if inv.ok else "[red]FAIL[/]")
-    console.print(table)
-    counts = Table(title="counts", show_header=False)
-    counts.add_column("what")
-    counts.add_column("how many", justify="right")
-    for what, value in report.counts.items():
-        counts.add_row(what, value)
-    console.print(counts)
+    print_tables(console, title, report.invariants, report.counts)
     restarts = Table(title="restarts: per worker, while the server was down and after")
     for column in ("mode", "down", "workers", "reconnect (max)", "CPU (max)", "log lines (max)"):
         restarts.add_column(column, justify="right")
