@@ -87,6 +87,7 @@ from pgjobq._errors import (
 from pgjobq._extension import PACKAGE_VERSION, SUPPORTED_EXTENSION_VERSIONS, check_extension
 from pgjobq._job import Job
 from pgjobq._observe import Outcome, WorkerObserver
+from pgjobq._router import JobAddress, QueueRouter
 from pgjobq._settings import WorkerSettings
 from pgjobq._worker import Worker
 
@@ -101,6 +102,7 @@ __all__ = [
     "InvalidArgument",
     "IsolationLevelError",
     "Job",
+    "JobAddress",
     "JobNotFound",
     "JobState",
     "JobTimedOut",
@@ -109,6 +111,7 @@ __all__ = [
     "PayloadTooLarge",
     "PermissionDenied",
     "QueueOverview",
+    "QueueRouter",
     "QueueSettings",
     "QueueStats",
     "Retry",
