@@ -1313,9 +1313,12 @@ SELECT r.rolsuper OR r.rolcreaterole OR r.rolcreatedb OR r.rolreplication OR r.r
 """
 
 # The worker's word for a late report refused (lost: a warning; void: the job's cancel had been
-# heard, so most likely cancelled by force meanwhile)
+# heard, so most likely cancelled by force meanwhile; gone, as presumed: the worker had presumed the
+# lease lost while it could not reach the database, and a hand-back of a stopped handler's job is
+# refused as a late failure would be)
 REFUSED = re.compile(
-    r"job (\d+): lease (\d+) (?:lost|void \(cancelled meanwhile\?\)); (?:result|failure|snooze) discarded"
+    r"job (\d+): lease (\d+) (?:lost|void \(cancelled meanwhile\?\)|gone, as presumed); "
+    r"(?:(?:result|failure|snooze) discarded|stopped \(|not started)"
 )
 
 

@@ -101,6 +101,7 @@ from helpers import chaos_handlers  # noqa: E402
 from helpers.chaos import (  # noqa: E402
     DUPLICATES,
     QUEUE,
+    REFUSED,
     WORKER_ROLE,
     ChaosConfig,
     Fleet,
@@ -143,7 +144,6 @@ HANDLER = "helpers.failover:run"
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.]+): (.*)$")
 EXECUTION = re.compile(r"execution of job (\d+) \(payload (\d+)\) under lease (\d+) \(attempt (\d+)\)")
 DONE = re.compile(r"job (\d+) done \(attempt (\d+)\)")
-REFUSED = re.compile(r"job (\d+): lease (\d+) lost; (?:result|failure|snooze) discarded")
 UNAVAILABLE = re.compile(r"database (?:unavailable|is read-only)")
 
 handler_log = logging.getLogger("failover.handler")

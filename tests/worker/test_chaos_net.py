@@ -189,6 +189,8 @@ Traceback (most recent call last):
 2024-06-01 12:00:09,010 INFO pgjobq.worker: job 8: lease 1 void (cancelled meanwhile?); failure discarded
 2024-06-01 12:00:09,020 WARNING pgjobq.worker: job 9: lease 4 lost while in hand; its result will be discarded
 2024-06-01 12:00:09,500 INFO pgjobq.worker: job 10 done (attempt 1)
+2024-06-01 12:00:09,600 INFO pgjobq.worker: job 11: lease 3 gone, as presumed; stopped (CancelHeard: x)
+2024-06-01 12:00:09,700 INFO pgjobq.worker: job 12: lease 1 gone, as presumed; result discarded
 """
 
 
@@ -196,12 +198,12 @@ def test_the_worker_log_gives_the_notice_and_the_leases_refused() -> None:
     lines = read_log(LOG)
     started = lines[0].at
 
-    assert len(lines) == 6  # the traceback line is not a log line
+    assert len(lines) == 8  # the traceback line is not a log line
     assert first_after(lines, started, "database unavailable") == pytest.approx(started + 4.5)
     assert first_after(lines, started + 5, "database unavailable") is None
     assert count_between(lines, started, started + 9.5, "lost") == 2
-    assert refused_leases(lines, started) == {(7, 2), (8, 1), (9, 4)}
-    assert refused_leases(lines, lines[3].at + 0.005) == {(9, 4)}
+    assert refused_leases(lines, started) == {(7, 2), (8, 1), (9, 4), (11, 3), (12, 1)}
+    assert refused_leases(lines, lines[3].at + 0.005) == {(9, 4), (11, 3), (12, 1)}
 
 
 # -- the short network chaos run ---------------------------------------------------------
