@@ -82,7 +82,8 @@ run on a pool of that many threads.  The loop:
   conninfo reconnects to whichever server is the primary now.  While it
   cannot reach the database, a job whose lease has run out by the worker's
   own clock gets its ``cancel_requested`` set: another worker may be
-  running it already;
+  running it already (a handler that then stops has its job handed back,
+  the attempt not counted: pgjobq._acks.report);
 - refuses to start on a database whose pgjobq extension this package does
   not support (IncompatibleExtension), and refuses a coroutine function as
   handler (ConfigurationError): its jobs would be marked done without running
