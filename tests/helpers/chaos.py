@@ -102,6 +102,7 @@ __all__ = [
     "ChaosConfig",
     "Fleet",
     "Invariant",
+    "Judged",
     "Producer",
     "Report",
     "core_invariants",
@@ -225,14 +226,11 @@ class StopRecord:
     log_path: Path
 
 
-@dataclass
-class Report:
-    config: ChaosConfig
+class Judged:
+    """What every run's report gives (chaos, chaos-limits, chaos-net, failover): its invariants, whether
+    all hold, one by key, and the assertion each test of a run makes."""
+
     invariants: list[Invariant]
-    counts: dict[str, str]
-    restarts: list[RestartRecord]
-    wall: float
-    workdir: Path
 
     @property
     def ok(self) -> bool:
@@ -240,6 +238,20 @@ class Report:
 
     def invariant(self, key: str) -> Invariant:
         return next(inv for inv in self.invariants if inv.key == key)
+
+    def assert_holds(self, key: str) -> None:
+        invariant = self.invariant(key)
+        assert invariant.ok, f"{invariant.name}: {invariant.observed} (expected {invariant.expected})"
+
+
+@dataclass
+class Report(Judged):
+    config: ChaosConfig
+    invariants: list[Invariant]
+    counts: dict[str, str]
+    restarts: list[RestartRecord]
+    wall: float
+    workdir: Path
 
 
 def say(message: str) -> None:

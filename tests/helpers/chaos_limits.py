@@ -98,7 +98,7 @@ for folder in ("tools", "tests"):  # run as a program, only tests/helpers is on 
     if str(ROOT / folder) not in sys.path:
         sys.path.insert(0, str(ROOT / folder))
 
-from helpers.chaos import Invariant, WorkerProc, keep_evidence, say  # noqa: E402
+from helpers.chaos import Invariant, Judged, WorkerProc, keep_evidence, say  # noqa: E402
 from helpers.processes import pgjobq_command, process_env, wait_until  # noqa: E402
 from helpers.sqlhelpers import Db  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
@@ -180,20 +180,13 @@ class LimitsConfig:
 
 
 @dataclass
-class LimitsReport:
+class LimitsReport(Judged):
     config: LimitsConfig
     invariants: list[Invariant]
     counts: dict[str, str]
     wall: float
     workdir: Path
     schedule_skipped: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return all(inv.ok for inv in self.invariants)
-
-    def invariant(self, key: str) -> Invariant:
-        return next(inv for inv in self.invariants if inv.key == key)
 
 
 # -- evidence tables ----------------------------------------------------------

@@ -98,6 +98,7 @@ from helpers.chaos import (  # noqa: E402
     ChaosConfig,
     Fleet,
     Invariant,
+    Judged,
     Producer,
     WorkerProc,
     core_invariants,
@@ -285,7 +286,7 @@ class EpisodeRecord:
 
 
 @dataclass
-class NetReport:
+class NetReport(Judged):
     config: NetConfig
     invariants: list[Invariant]
     counts: dict[str, str]
@@ -293,13 +294,6 @@ class NetReport:
     started: float  # epoch seconds: when the producer and the faults began
     wall: float
     workdir: Path
-
-    @property
-    def ok(self) -> bool:
-        return all(inv.ok for inv in self.invariants)
-
-    def invariant(self, key: str) -> Invariant:
-        return next(inv for inv in self.invariants if inv.key == key)
 
 
 def _at(epoch: float) -> datetime:

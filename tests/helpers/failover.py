@@ -106,6 +106,7 @@ from helpers.chaos import (  # noqa: E402
     ChaosConfig,
     Fleet,
     Invariant,
+    Judged,
     Producer,
     core_invariants,
     evidence,
@@ -597,7 +598,7 @@ class Failover:
 
 
 @dataclass
-class FailoverReport:
+class FailoverReport(Judged):
     config: FailoverConfig
     invariants: list[Invariant]
     measured: dict[
@@ -607,13 +608,6 @@ class FailoverReport:
     failover: Failover
     wall: float
     workdir: Path
-
-    @property
-    def ok(self) -> bool:
-        return all(inv.ok for inv in self.invariants)
-
-    def invariant(self, key: str) -> Invariant:
-        return next(inv for inv in self.invariants if inv.key == key)
 
 
 def _connected(conn: Db, fleet: Fleet) -> bool:

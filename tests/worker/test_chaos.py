@@ -575,126 +575,121 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Report]:
     yield result
 
 
-def assert_holds(report: Report, key: str) -> None:
-    invariant = report.invariant(key)
-    assert invariant.ok, f"{invariant.name}: {invariant.observed} (expected {invariant.expected})"
-
-
 @pytest.mark.slow
 def test_chaos_run_loses_no_job(report: Report) -> None:
-    assert_holds(report, "lost")
+    report.assert_holds("lost")
 
 
 @pytest.mark.slow
 def test_chaos_run_never_has_two_valid_leases_on_one_job(report: Report) -> None:
-    assert_holds(report, "double_claims")
+    report.assert_holds("double_claims")
 
 
 @pytest.mark.slow
 def test_chaos_run_accepts_no_stale_completion(report: Report) -> None:
-    assert_holds(report, "stale_completions")
+    report.assert_holds("stale_completions")
 
 
 @pytest.mark.slow
 def test_chaos_run_completes_each_job_at_most_once(report: Report) -> None:
-    assert_holds(report, "second_completions")
+    report.assert_holds("second_completions")
 
 
 @pytest.mark.slow
 def test_chaos_run_explains_every_duplicate_execution_by_a_reap(report: Report) -> None:
-    assert_holds(report, "duplicates_explained")
+    report.assert_holds("duplicates_explained")
 
 
 @pytest.mark.slow
 def test_chaos_run_never_reaps_a_lease_before_it_expired(report: Report) -> None:
-    assert_holds(report, "reaped_valid_lease")
+    report.assert_holds("reaped_valid_lease")
 
 
 @pytest.mark.slow
 def test_chaos_run_claims_and_heartbeats_under_each_workers_own_lease_length(report: Report) -> None:
-    assert_holds(report, "lease_lengths")
+    report.assert_holds("lease_lengths")
 
 
 @pytest.mark.slow
 def test_chaos_run_changes_jobs_only_through_the_worker_level(report: Report) -> None:
-    assert_holds(report, "worker_level_only")
+    report.assert_holds("worker_level_only")
 
 
 @pytest.mark.slow
 def test_chaos_run_writes_exactly_one_effect_per_done_job(report: Report) -> None:
-    assert_holds(report, "effects_exactly_once")
+    report.assert_holds("effects_exactly_once")
 
 
 @pytest.mark.slow
 def test_chaos_run_leaves_nothing_queued_or_running(report: Report) -> None:
-    assert_holds(report, "drained")
+    report.assert_holds("drained")
 
 
 @pytest.mark.slow
 def test_chaos_run_workers_exit_cleanly_on_sigterm(report: Report) -> None:
-    assert_holds(report, "clean_exit")
+    report.assert_holds("clean_exit")
 
 
 @pytest.mark.slow
 def test_chaos_run_workers_never_exit_on_their_own(report: Report) -> None:
-    assert_holds(report, "no_crashes")
+    report.assert_holds("no_crashes")
 
 
 @pytest.mark.slow
 def test_chaos_run_workers_reconnect_within_15_s_of_a_restart(report: Report) -> None:
-    assert_holds(report, "reconnect")
+    report.assert_holds("reconnect")
 
 
 @pytest.mark.slow
 def test_chaos_run_workers_do_not_spin_the_cpu_while_the_database_is_down(report: Report) -> None:
-    assert_holds(report, "quiet_cpu")
+    report.assert_holds("quiet_cpu")
 
 
 @pytest.mark.slow
 def test_chaos_run_workers_do_not_flood_the_log_while_the_database_is_down(report: Report) -> None:
-    assert_holds(report, "quiet_log")
+    report.assert_holds("quiet_log")
 
 
 @pytest.mark.slow
 def test_chaos_run_refuses_the_late_complete_of_the_stopped_worker(report: Report) -> None:
-    assert_holds(report, "late_complete_refused")
+    report.assert_holds("late_complete_refused")
 
 
 @pytest.mark.slow
 def test_chaos_run_injects_every_kind_of_fault(report: Report) -> None:
-    assert_holds(report, "faults")
+    report.assert_holds("faults")
 
 
 @pytest.mark.slow
 def test_chaos_run_never_lets_two_jobs_hold_one_unique_key(report: Report) -> None:
-    assert_holds(report, "unique_keys")
+    report.assert_holds("unique_keys")
 
 
 @pytest.mark.slow
 def test_chaos_run_never_completes_a_force_cancelled_job(report: Report) -> None:
-    assert_holds(report, "forced_never_done")
+    report.assert_holds("forced_never_done")
 
 
 @pytest.mark.slow
 def test_chaos_run_stores_what_each_handler_returned(report: Report) -> None:
-    assert_holds(report, "results")
+    report.assert_holds("results")
 
 
 @pytest.mark.slow
 def test_chaos_run_never_claims_a_cancelled_job_again(report: Report) -> None:
-    assert_holds(report, "cancelled_absorbing")
+    report.assert_holds("cancelled_absorbing")
 
 
 @pytest.mark.slow
 def test_chaos_run_ends_jobs_asked_to_stop_done_or_cancelled(report: Report) -> None:
-    assert_holds(report, "cancel_requests")
+    report.assert_holds("cancel_requests")
 
 
 @pytest.mark.slow
 def test_chaos_run_snoozes_give_the_attempt_back_and_nothing_runs_early(report: Report) -> None:
-    assert_holds(report, "snoozes")
+    report.assert_holds("snoozes")
 
 
 @pytest.mark.slow
 def test_chaos_run_mixes_in_every_kind_of_job_control(report: Report) -> None:
-    assert_holds(report, "job_control_load")
+    report.assert_holds("job_control_load")

@@ -237,131 +237,126 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetReport]:
     yield result
 
 
-def assert_holds(report: NetReport, key: str) -> None:
-    invariant = report.invariant(key)
-    assert invariant.ok, f"{invariant.name}: {invariant.observed} (expected {invariant.expected})"
-
-
 @pytest.mark.slow
 def test_network_chaos_loses_no_job(report: NetReport) -> None:
-    assert_holds(report, "lost")
+    report.assert_holds("lost")
 
 
 @pytest.mark.slow
 def test_network_chaos_never_has_two_valid_leases_on_one_job(report: NetReport) -> None:
-    assert_holds(report, "double_claims")
+    report.assert_holds("double_claims")
 
 
 @pytest.mark.slow
 def test_network_chaos_accepts_no_stale_completion(report: NetReport) -> None:
-    assert_holds(report, "stale_completions")
+    report.assert_holds("stale_completions")
 
 
 @pytest.mark.slow
 def test_network_chaos_completes_each_job_at_most_once(report: NetReport) -> None:
-    assert_holds(report, "second_completions")
+    report.assert_holds("second_completions")
 
 
 @pytest.mark.slow
 def test_network_chaos_explains_every_duplicate_execution(report: NetReport) -> None:
-    assert_holds(report, "duplicates_explained")
+    report.assert_holds("duplicates_explained")
 
 
 @pytest.mark.slow
 def test_network_chaos_never_reaps_a_lease_before_it_expired(report: NetReport) -> None:
-    assert_holds(report, "reaped_valid_lease")
+    report.assert_holds("reaped_valid_lease")
 
 
 @pytest.mark.slow
 def test_network_chaos_writes_exactly_one_effect_per_done_job(report: NetReport) -> None:
-    assert_holds(report, "effects_exactly_once")
+    report.assert_holds("effects_exactly_once")
 
 
 @pytest.mark.slow
 def test_network_chaos_claims_under_each_workers_lease_length(report: NetReport) -> None:
-    assert_holds(report, "lease_lengths")
+    report.assert_holds("lease_lengths")
 
 
 @pytest.mark.slow
 def test_network_chaos_cuts_a_host_off_while_its_worker_holds_jobs(report: NetReport) -> None:
-    assert_holds(report, "cut_real")
+    report.assert_holds("cut_real")
 
 
 @pytest.mark.slow
 def test_a_worker_cut_off_notices_within_its_network_timeout(report: NetReport) -> None:
-    assert_holds(report, "cut_noticed")
+    report.assert_holds("cut_noticed")
 
 
 @pytest.mark.slow
 def test_a_worker_cut_off_stops_claiming(report: NetReport) -> None:
-    assert_holds(report, "cut_stops_claiming")
+    report.assert_holds("cut_stops_claiming")
 
 
 @pytest.mark.slow
 def test_the_server_ends_the_backends_of_a_host_cut_off(report: NetReport) -> None:
-    assert_holds(report, "cut_server_cleared")
+    report.assert_holds("cut_server_cleared")
 
 
 @pytest.mark.slow
 def test_the_jobs_of_a_worker_cut_off_are_recovered_by_the_others_after_its_lease(report: NetReport) -> None:
-    assert_holds(report, "cut_recovered")
+    report.assert_holds("cut_recovered")
 
 
 @pytest.mark.slow
 def test_the_late_acknowledgements_of_a_worker_cut_off_are_refused(report: NetReport) -> None:
-    assert_holds(report, "cut_late_refused")
+    report.assert_holds("cut_late_refused")
 
 
 @pytest.mark.slow
 def test_a_worker_cut_off_claims_again_soon_after_the_heal(report: NetReport) -> None:
-    assert_holds(report, "cut_rejoined")
+    report.assert_holds("cut_rejoined")
 
 
 @pytest.mark.slow
 def test_network_chaos_leaves_connections_half_open(report: NetReport) -> None:
-    assert_holds(report, "half_open_real")
+    report.assert_holds("half_open_real")
 
 
 @pytest.mark.slow
 def test_a_worker_notices_its_half_open_connections(report: NetReport) -> None:
-    assert_holds(report, "half_open_noticed")
+    report.assert_holds("half_open_noticed")
 
 
 @pytest.mark.slow
 def test_a_worker_claims_again_after_its_half_open_connections(report: NetReport) -> None:
-    assert_holds(report, "half_open_rejoined")
+    report.assert_holds("half_open_rejoined")
 
 
 @pytest.mark.slow
 def test_network_chaos_delays_the_packets_of_the_latency_host(report: NetReport) -> None:
-    assert_holds(report, "latency_real")
+    report.assert_holds("latency_real")
 
 
 @pytest.mark.slow
 def test_a_worker_behind_200_ms_of_latency_keeps_working(report: NetReport) -> None:
-    assert_holds(report, "latency_works")
+    report.assert_holds("latency_works")
 
 
 @pytest.mark.slow
 def test_network_chaos_drops_the_share_of_packets_asked(report: NetReport) -> None:
-    assert_holds(report, "loss_real")
+    report.assert_holds("loss_real")
 
 
 @pytest.mark.slow
 def test_a_worker_on_a_lossy_network_keeps_working(report: NetReport) -> None:
-    assert_holds(report, "loss_works")
+    report.assert_holds("loss_works")
 
 
 @pytest.mark.slow
 def test_network_chaos_leaves_nothing_queued_or_running(report: NetReport) -> None:
-    assert_holds(report, "drained")
+    report.assert_holds("drained")
 
 
 @pytest.mark.slow
 def test_network_chaos_workers_exit_cleanly_on_sigterm(report: NetReport) -> None:
-    assert_holds(report, "clean_exit")
+    report.assert_holds("clean_exit")
 
 
 @pytest.mark.slow
 def test_network_chaos_workers_never_exit_on_their_own(report: NetReport) -> None:
-    assert_holds(report, "no_crashes")
+    report.assert_holds("no_crashes")

@@ -100,79 +100,74 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FailoverReport]
     yield result
 
 
-def assert_holds(report: FailoverReport, key: str) -> None:
-    invariant = report.invariant(key)
-    assert invariant.ok, f"{invariant.name}: {invariant.observed} (expected {invariant.expected})"
-
-
 @pytest.mark.xdist_group("failover")
 def test_failover_run_kills_the_primary_under_load_and_promotes_the_standby(report: FailoverReport) -> None:
-    assert_holds(report, "failover")
+    report.assert_holds("failover")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_keeps_every_enqueue_whose_commit_returned(report: FailoverReport) -> None:
-    assert_holds(report, "enqueues_survive")
+    report.assert_holds("enqueues_survive")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_keeps_every_acknowledgement_that_returned(report: FailoverReport) -> None:
-    assert_holds(report, "acks_hold")
+    report.assert_holds("acks_hold")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_never_executes_one_lease_twice(report: FailoverReport) -> None:
-    assert_holds(report, "leases_once")
+    report.assert_holds("leases_once")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_never_has_two_valid_leases_on_one_job(report: FailoverReport) -> None:
-    assert_holds(report, "double_claims")
+    report.assert_holds("double_claims")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_accepts_no_stale_completion(report: FailoverReport) -> None:
-    assert_holds(report, "stale_completions")
+    report.assert_holds("stale_completions")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_completes_each_job_at_most_once(report: FailoverReport) -> None:
-    assert_holds(report, "second_completions")
+    report.assert_holds("second_completions")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_explains_every_duplicate_execution(report: FailoverReport) -> None:
-    assert_holds(report, "duplicates_explained")
+    report.assert_holds("duplicates_explained")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_writes_exactly_one_effect_per_done_job(report: FailoverReport) -> None:
-    assert_holds(report, "effects_exactly_once")
+    report.assert_holds("effects_exactly_once")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_ends_every_job_by_its_rules(report: FailoverReport) -> None:
-    assert_holds(report, "lost")
+    report.assert_holds("lost")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_leaves_nothing_queued_or_running(report: FailoverReport) -> None:
-    assert_holds(report, "drained")
+    report.assert_holds("drained")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_workers_claim_again_within_15_s_of_the_promotion(report: FailoverReport) -> None:
-    assert_holds(report, "reconnect")
+    report.assert_holds("reconnect")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_workers_exit_cleanly_on_sigterm(report: FailoverReport) -> None:
-    assert_holds(report, "clean_exit")
+    report.assert_holds("clean_exit")
 
 
 @pytest.mark.xdist_group("failover")
 def test_failover_run_workers_never_exit_on_their_own(report: FailoverReport) -> None:
-    assert_holds(report, "no_crashes")
+    report.assert_holds("no_crashes")
 
 
 # -- synchronous replication: fencing across the failover ------------------------------
