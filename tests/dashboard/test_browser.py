@@ -1,7 +1,8 @@
 """The dashboard end to end: headless Chromium (Debian's, driven by Playwright) on a real uvicorn server.
 
 One browser for the module (starting it is the slow part), a fresh context (cookies) per test.
-Skipped, saying why, where /usr/bin/chromium is absent (tools/ensure-deps installs it).
+Skipped, saying why, where /usr/bin/chromium is absent (tools/ensure-deps installs it); failed instead
+where PGJOBQ_REQUIRE names browser.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Dialog, Page, expect, sync_playwright
 
+from helpers import required
 from helpers.sqlhelpers import Db, claim_one, enqueue, scalar
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -22,9 +24,6 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.xdist_group("dashboard-browser"),  # one worker, one Chromium, under make test's loadgroup
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason=f"{CHROMIUM} is absent: run tools/ensure-deps (Debian's chromium)"
-    ),
 ]
 
 ServeDashboard = Callable[..., str]  # the serve_dashboard fixture (conftest.py)
@@ -32,6 +31,8 @@ ServeDashboard = Callable[..., str]  # the serve_dashboard fixture (conftest.py)
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        required.skip_or_fail("browser", f"{CHROMIUM} is absent: run tools/ensure-deps (Debian's chromium)")
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
         yield launched

@@ -15,8 +15,11 @@ other supported major, 13 to 18 (server builds fetched by
 tools/pg_versions.py, with the extension's files copied into a private copy
 of each), and the bad-input table and the state machine of tests/sql once
 more on a database installed at the first release and upgraded with ALTER
-EXTENSION (ON_THE_UPGRADED_INSTALL).  A target that cannot be had is
-skipped, with the reason, for every test that needs it.
+EXTENSION (ON_THE_UPGRADED_INSTALL).  A major that cannot be had here is
+skipped, with the reason, for every test that needs it; where the run requires
+the majors (``PGJOBQ_REQUIRE``, helpers/required.py) it fails them instead, and
+a download that is not the recorded build (pg_versions.IntegrityError) fails
+them everywhere.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from pytest_postgresql.janitor import DatabaseJanitor
 from pgjobq import Job, Worker, WorkerSettings
 
 import pg_versions
+from helpers import required
 from helpers.processes import StartWorker, WorkerProcess
 from helpers.sqlhelpers import Connect, Db
 from throwaway_pg import ThrowawayPostgres, find_bindir
@@ -102,6 +106,33 @@ def targets_for(path: Path) -> list[Target]:
     if layer == "isolation" or path.name == "test_installation.py":
         return [Target(), *others]
     return [Target()]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--require",
+        metavar="GROUPS",
+        default=None,
+        help=f"groups of tests that must not skip, comma-separated, or all: {', '.join(required.GROUPS)}"
+        f" (default: ${required.ENVIRONMENT})",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """--require is checked at once and handed on as PGJOBQ_REQUIRE (pytest-xdist workers, nested runs)."""
+    value = config.getoption("--require")
+    if value is None:
+        value = os.environ.get(required.ENVIRONMENT, "")
+    try:
+        required.parse(value)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    os.environ[required.ENVIRONMENT] = value
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    groups = sorted(required.required())
+    return f"required groups ({required.ENVIRONMENT}): {', '.join(groups) if groups else 'none'}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -197,7 +228,7 @@ def pg_server(target: Target) -> Iterator[ThrowawayPostgres]:
         try:
             bindir = pg_versions.private_copy(target.major, Path(folder) / "programs", extension_files())
         except pg_versions.Unavailable as exc:
-            pytest.skip(f"PostgreSQL {target.major} is not available here: {exc}")
+            required.skip_or_fail("majors", f"PostgreSQL {target.major} is not available here: {exc}")
         with throwaway_server(bindir) as server:
             yield server
 

