@@ -45,6 +45,7 @@ def required() -> frozenset[str]:
 
 def skip_or_fail(group: str, reason: str) -> NoReturn:
     """Skip the test, saying why; fail it instead where this run requires its group."""
+    __tracebackhide__ = True  # pytest reports the skip at its caller
     if group not in GROUPS:
         raise ValueError(f"unknown group {group!r}")
     if group in required():

