@@ -7,8 +7,10 @@ against machine states this machine does not have.  The file that FAKE_DEBIAN na
 - ``lists``: whether apt's package lists are there (``apt-get update`` fetches them);
 - ``update_fails``: ``apt-get update`` fails, as it does without a network;
 - ``installed``: package -> installed version;
-- ``archive``: package -> ``{"versions": [oldest, ..., candidate], "depends": [...]}``, where a
-  dependency ``name=`` must be at the depending package's own version (libpq-dev on libpq5);
+- ``archive``: package -> ``{"versions": [oldest, ..., candidate], "depends": [...], "conflicts": [...]}``,
+  where a dependency ``name=`` must be at the depending package's own version (libpq-dev on libpq5),
+  ``name>`` at its candidate (a library the new build needs newer), and an installed package that a
+  package conflicts with is removed;
 - ``calls``: every call, appended as ``{"program", "args"}`` (an install also records whether a
   policy-rc.d answering 101 was in place under PGJOBQ_DEPS_SYSROOT, so that no service started).
 
@@ -66,9 +68,9 @@ def apt_cache(state: dict[str, Any], args: list[str]) -> int:
     return 0
 
 
-def resolve(state: dict[str, Any], wanted: list[str]) -> dict[str, tuple[str | None, str]]:
-    """package -> (installed version or None, version to install), for what apt would change."""
-    plan: dict[str, tuple[str | None, str]] = {}
+def resolve(state: dict[str, Any], wanted: list[str]) -> dict[str, tuple[str | None, str | None]]:
+    """package -> (installed version or None, version to install or None to remove): what apt would do."""
+    plan: dict[str, tuple[str | None, str | None]] = {}  # a version of None: removed
     pins = {package: version for package, _, version in (item.partition("=") for item in wanted) if version}
 
     def want(package: str, version: str | None, asked: bool) -> None:
@@ -91,8 +93,15 @@ def resolve(state: dict[str, Any], wanted: list[str]) -> dict[str, tuple[str | N
             return
         plan[package] = (installed, version)
         for dependency in entry["depends"]:
-            name, strict, _ = dependency.partition("=")
-            want(name, version if strict else None, False)
+            if dependency.endswith("="):
+                want(dependency[:-1], version, False)
+            elif dependency.endswith(">"):
+                want(dependency[:-1], state["archive"][dependency[:-1]]["versions"][-1], False)
+            else:
+                want(dependency, None, False)
+        for conflict in entry.get("conflicts", []):
+            if conflict in state["installed"]:
+                plan[conflict] = (state["installed"][conflict], None)
 
     for item in wanted:
         package, _, version = item.partition("=")
@@ -116,11 +125,20 @@ def apt_get(state: dict[str, Any], args: list[str]) -> int:
         return 100
     for package, (installed, version) in plan.items():
         held = f" [{installed}]" if installed is not None else ""
-        print(f"Inst {package}{held} ({version} Debian:12 [amd64])" if simulate else f"Setting up {package}")
+        if version is None:
+            print(f"Remv {package}{held}" if simulate else f"Removing {package}")
+        else:
+            print(
+                f"Inst {package}{held} ({version} Debian:12 [amd64])" if simulate else f"Setting up {package}"
+            )
     if not simulate:
         policy = Path(os.environ.get("PGJOBQ_DEPS_SYSROOT", "")) / "usr/sbin/policy-rc.d"
         state["calls"][-1]["services_withheld"] = policy.exists() and "exit 101" in policy.read_text()
-        state["installed"].update({package: version for package, (_, version) in plan.items()})
+        for package, (_, version) in plan.items():
+            if version is None:
+                del state["installed"][package]
+            else:
+                state["installed"][package] = version
     return 0
 
 

@@ -3,7 +3,9 @@
 Each test describes a Debian machine (what is installed, what the archive offers, who runs the script),
 runs the real script with the stand-ins (helpers/fake_debian.py) first on PATH and its two files under a
 scratch PGJOBQ_DEPS_SYSROOT, and checks what it asked apt to install, or the one line it printed when it
-stopped; and, every time, that no package installed before was upgraded or removed.
+stopped; and, every time, that no package installed before was removed, and none upgraded but a
+library that the new packages need newer (which apt upgrades, and the script names), never one of
+PostgreSQL's.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def run(
     update_fails: bool = False,
     installed: dict[str, str] | None = None,
     offered: dict[str, Any] | None = None,
+    may_upgrade: tuple[str, ...] = (),
 ) -> Outcome:
     bin_dir, sysroot, machine = tmp_path / "bin", tmp_path / "sysroot", tmp_path / "machine.json"
     write_stand_ins(bin_dir)
@@ -112,7 +115,7 @@ def run(
     changed = {
         package: (version, after["installed"].get(package))
         for package, version in before["installed"].items()
-        if after["installed"].get(package) != version
+        if after["installed"].get(package) != version and package not in may_upgrade
     }
     assert changed == {}, f"installed packages upgraded or removed: {changed}"
     return outcome
@@ -199,6 +202,36 @@ def test_it_stops_rather_than_upgrade_an_installed_package(tmp_path: Path) -> No
     assert outcome.lines[0].startswith(
         "ensure-deps: installing postgresql-server-dev-15 would change installed packages"
         f" (libpq5 15.10-0+deb12u1 -> {OLD}); not touching a PostgreSQL this machine already has"
+    )
+    assert outcome.installs() == []
+
+
+def test_a_library_the_new_packages_need_newer_is_upgraded_and_named(tmp_path: Path) -> None:
+    # a fresh machine older than the security archive: the new server wants its newer libssl3
+    offered = archive(OLD, NEW)
+    offered["libssl3"] = {"versions": ["3.0.20-1", "3.0.22-1"], "depends": []}
+    offered["postgresql-15"]["depends"].append("libssl3>")
+
+    outcome = run(tmp_path, installed={"libssl3": "3.0.20-1"}, offered=offered, may_upgrade=("libssl3",))
+
+    assert outcome.returncode == 0, outcome.lines
+    assert outcome.installs() == [TESTS_NEED]
+    assert outcome.after["installed"]["libssl3"] == "3.0.22-1"
+    assert "ensure-deps: upgrading, as apt requires for them: libssl3 3.0.20-1 -> 3.0.22-1" in outcome.lines
+
+
+def test_it_stops_rather_than_remove_an_installed_package(tmp_path: Path) -> None:
+    offered = archive(OLD, NEW)
+    offered["pgbouncer"]["conflicts"] = ["odyssey"]
+
+    outcome = run(
+        tmp_path, installed={**without(everything(OLD), "pgbouncer"), "odyssey": "1.3-1"}, offered=offered
+    )
+
+    assert outcome.returncode == 1
+    assert len(outcome.lines) == 1
+    assert outcome.lines[0].startswith(
+        "ensure-deps: installing pgbouncer would change installed packages (odyssey removed)"
     )
     assert outcome.installs() == []
 
