@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
+from psycopg.pq import TransactionStatus
 
 import pgjobq
 import pgjobq.aio
@@ -83,14 +84,24 @@ def test_wait_gives_none_at_its_timeout(db: Db, dsn: str) -> None:
 
 
 def test_bad_arguments_are_refused_before_any_sql(dsn: str) -> None:
-    async def body(conn: psycopg.AsyncConnection[Any]) -> None:
-        with pytest.raises(pgjobq.InvalidArgument, match="priority must be an integer"):
+    async def body(conn: psycopg.AsyncConnection[Any]) -> list[tuple[str | None, TransactionStatus]]:
+        refused = []
+        with pytest.raises(pgjobq.InvalidArgument, match="priority must be an integer") as raised:
             await pgjobq.aio.enqueue(conn, "q", {}, priority="high")  # type: ignore[call-overload]
-        with pytest.raises(pgjobq.InvalidArgument, match="wait needs a connection outside a transaction"):
-            async with conn.transaction():
+        refused.append((raised.value.sqlstate, conn.info.transaction_status))
+        async with conn.transaction():
+            with pytest.raises(
+                pgjobq.InvalidArgument, match="wait needs a connection outside a transaction"
+            ) as raised:
                 await pgjobq.aio.wait(conn, 1, timedelta(seconds=1))
+            refused.append((raised.value.sqlstate, conn.info.transaction_status))
+        return refused
 
-    run(dsn, body)
+    refused = run(dsn, body, autocommit=False)
+
+    # no SQLSTATE: refused here, not by the database; and no statement reached the server: the first
+    # refusal left no transaction open, the second left its transaction usable (not failed)
+    assert refused == [(None, TransactionStatus.IDLE), (None, TransactionStatus.INTRANS)]
 
 
 def test_the_extensions_errors_come_back_as_pgjobq_exceptions(dsn: str) -> None:

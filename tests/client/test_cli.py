@@ -63,6 +63,7 @@ def test_worker_takes_its_queue_from_the_environment(dsn: str, db: Db) -> None:
 
 def test_stats_counts_jobs_per_queue_and_status(dsn: str, db: Db) -> None:
     db.execute("SELECT jobq.enqueue_many('emails', array_fill('{}'::jsonb, ARRAY[3]))")
+    db.execute("UPDATE jobq.jobs SET run_at = run_at - interval '1 hour'")  # runnable for an hour
     db.execute("SELECT jobq.claim('emails', 1, 'w')")
 
     result = run_cli(dsn, "stats", "--json")
@@ -72,7 +73,8 @@ def test_stats_counts_jobs_per_queue_and_status(dsn: str, db: Db) -> None:
     assert {k: emails[k] for k in ("queue", "queued", "running", "done", "failed", "cancelled")} == {
         "queue": "emails", "queued": 2, "running": 1, "done": 0, "failed": 0, "cancelled": 0,
     }  # fmt: skip
-    assert emails["oldest_queued_age_seconds"] >= 0
+    # the hour, and the moments since the enqueue (well under 100 seconds)
+    assert 3600 <= emails["oldest_queued_age_seconds"] < 3700
 
 
 def test_purge_deletes_old_done_jobs_and_says_how_many(dsn: str, db: Db) -> None:
@@ -88,13 +90,15 @@ def test_purge_deletes_old_done_jobs_and_says_how_many(dsn: str, db: Db) -> None
 
 def test_health_prints_the_health_view_as_json(dsn: str, db: Db) -> None:
     db.execute("SELECT jobq.enqueue_many('emails', array_fill('{}'::jsonb, ARRAY[3]))")
+    db.execute("UPDATE jobq.jobs SET run_at = run_at - interval '1 hour'")  # runnable for an hour
 
     result = run_cli(dsn, "health", "--json")
 
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["queued"], report["running"], report["failed"]) == (3, 0, 0)
-    assert report["oldest_runnable_age"] >= 0
+    # in seconds: the hour, and the moments since the enqueue (well under 100 seconds)
+    assert 3600 <= report["oldest_runnable_age"] < 3700
 
 
 def test_stats_table_has_a_row_per_queue(dsn: str, db: Db) -> None:

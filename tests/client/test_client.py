@@ -219,9 +219,15 @@ def test_purge_deletes_old_finished_jobs_and_returns_how_many(db: Db) -> None:
     assert (kept, deleted) == (0, 2)
 
 
-def test_purge_refuses_a_negative_age_before_any_sql(db: Db) -> None:
-    with pytest.raises(pgjobq.InvalidArgument, match="older_than"):
-        pgjobq.purge(db, timedelta(seconds=-1))
+def test_purge_refuses_a_negative_age_before_any_sql(connect: Connect) -> None:
+    conn = connect(autocommit=False)
+
+    with pytest.raises(pgjobq.InvalidArgument, match="older_than") as raised:
+        pgjobq.purge(conn, timedelta(seconds=-1))
+
+    assert raised.value.sqlstate is None  # refused here, not by the database
+    # no statement reached the server: the transaction was never even opened
+    assert conn.info.transaction_status == TransactionStatus.IDLE
 
 
 def test_health_reports_the_queue_and_the_table(db: Db) -> None:

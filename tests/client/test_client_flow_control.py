@@ -629,7 +629,7 @@ def test_schedule_refuses_a_bad_cron_expression_naming_cron(db: Db) -> None:
 
 
 def test_schedule_refuses_both_cron_and_every(db: Db) -> None:
-    with pytest.raises(pgjobq.InvalidArgument):
+    with pytest.raises(pgjobq.InvalidArgument, match="exactly one of cron and every must be given, got both"):
         pgjobq.schedule(db, "digest", "emails", cron="* * * * *", every=timedelta(minutes=1))
 
     assert pgjobq.schedules(db) == []

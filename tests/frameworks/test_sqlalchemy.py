@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import pgjobq
+import pgjobq.aio  # the project's own module (it needs only psycopg): failing to import it is a failure
 
 from helpers.sqlhelpers import Db
 
@@ -119,7 +120,6 @@ def test_a_session_on_another_driver_is_refused_by_name() -> None:
 def async_engine_session(dsn: str) -> Any:
     """(create_async_engine, AsyncSession), or a skip saying why they cannot run here."""
     pytest.importorskip("greenlet", reason="SQLAlchemy's asyncio needs greenlet (sqlalchemy[asyncio])")
-    pytest.importorskip("pgjobq.aio", reason="pgjobq.aio is missing: aenqueue cannot run")
     from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
     return create_async_engine(url(dsn)), AsyncSession

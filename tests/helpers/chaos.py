@@ -99,14 +99,20 @@ from helpers.sqlhelpers import Db  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
 __all__ = [
+    "CORE_INVARIANTS",
+    "INVARIANTS",
     "ChaosConfig",
     "Fleet",
     "Invariant",
     "Judged",
     "Producer",
     "Report",
+    "RestartRecord",
+    "Seen",
+    "StopRecord",
     "core_invariants",
     "evidence",
+    "judge",
     "main",
     "prepare",
     "print_tables",
@@ -118,6 +124,21 @@ __all__ = [
 QUEUE = "chaos"
 WORKER_ROLE = "chaos_worker"  # the workers' login role: the worker level and the handler's tables
 CANCELLER_ROLE = "chaos_admin"  # the canceller's login role: the admin level and chaos.cancels
+
+# The keys of core_invariants(), which chaos-net and failover judge too.
+CORE_INVARIANTS = (
+    "lost", "double_claims", "stale_completions", "second_completions", "duplicates_explained",
+    "reaped_valid_lease", "effects_exactly_once",
+)  # fmt: skip
+# The keys of every invariant a chaos run judges (judge()), in the order of its table.
+# tests/worker/test_chaos.py asserts each of them, and that a run's report has exactly these.
+INVARIANTS = (
+    "lost", "double_claims", "stale_completions", "second_completions", "duplicates_explained",
+    "reaped_valid_lease", "lease_lengths", "worker_level_only", "effects_exactly_once", "unique_keys",
+    "replace_kept", "cancel_errors", "forced_never_done", "results", "cancelled_absorbing", "cancel_requests",
+    "snoozes", "job_control_load", "drained", "clean_exit", "no_crashes", "reconnect", "quiet_cpu",
+    "quiet_log", "late_complete_refused", "faults",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -235,6 +256,10 @@ class Judged:
     @property
     def ok(self) -> bool:
         return all(inv.ok for inv in self.invariants)
+
+    def keys(self) -> list[str]:
+        """The keys of the invariants judged, in the order of the table."""
+        return [inv.key for inv in self.invariants]
 
     def invariant(self, key: str) -> Invariant:
         return next(inv for inv in self.invariants if inv.key == key)
@@ -982,6 +1007,8 @@ class Chaos(threading.Thread):
 # or cancel_requested for it, or failed after giving up its retries to a
 # replacement (on_conflict replace met it running: a lost attempt then ends
 # it).  And no job, acknowledged or not, is cancelled that was not cancelled.
+# acked: the ids judged (chaos.acked), which must be every id the producer
+# was given: an empty chaos.acked would judge nothing.
 LOST = """
 WITH judged AS (
     SELECT j.id, j.status,
@@ -996,7 +1023,8 @@ WITH judged AS (
                ELSE false END AS accounted
       FROM chaos.acked AS a LEFT JOIN jobq.jobs AS j ON j.id = a.id
 )
-SELECT count(*) FILTER (WHERE NOT accounted) AS lost,
+SELECT count(*) AS acked,
+       count(*) FILTER (WHERE NOT accounted) AS lost,
        count(*) FILTER (WHERE id IS NULL) AS missing,
        count(*) FILTER (WHERE accounted AND status = 'cancelled') AS cancelled,
        count(*) FILTER (WHERE accounted AND status = 'failed') AS failed,
@@ -1423,8 +1451,9 @@ def privileges(conn: Db, role: str) -> dict[str, Any]:
     return _one(conn, PRIVILEGES, {"role": role})
 
 
-def core_invariants(found: Mapping[str, Mapping[str, Any]]) -> dict[str, Invariant]:
-    """The invariants every chaos run checks, by key, from its evidence(): nothing lost, no overlapping
+def core_invariants(found: Mapping[str, Mapping[str, Any]], acked: int) -> dict[str, Invariant]:
+    """The invariants every chaos run checks, by key (CORE_INVARIANTS), from its evidence(): nothing lost
+    of the acked ids the producer was given (each once; chaos.acked must hold as many), no overlapping
     leases, no stale or second completion, every duplicate execution explained, no early reap, one effect
     per done job."""
     lost, claims, stale, dups, effects, reaps = (
@@ -1436,9 +1465,9 @@ def core_invariants(found: Mapping[str, Mapping[str, Any]]) -> dict[str, Invaria
     invariants = [
         Invariant(
             "lost", "lost jobs (acknowledged id not ended by its rules; cancelled unasked)",
-            f"{lost['lost']} ({lost['missing']} missing; {lost['spurious']} cancelled unasked;"
-            f" accounted for: {lost['cancelled']} cancelled, {lost['failed']} failed)",
-            "0", lost["lost"] == 0 and lost["spurious"] == 0,
+            f"{lost['lost']} of {lost['acked']:,} judged ({lost['missing']} missing; {lost['spurious']}"
+            f" cancelled unasked; accounted for: {lost['cancelled']} cancelled, {lost['failed']} failed)",
+            f"0 of {acked:,}", lost["lost"] == 0 and lost["spurious"] == 0 and lost["acked"] == acked > 0,
         ),
         Invariant(
             "double_claims", "double claims (overlapping or out-of-order leases)",
@@ -1473,52 +1502,54 @@ def core_invariants(found: Mapping[str, Mapping[str, Any]]) -> dict[str, Invaria
     return {invariant.key: invariant for invariant in invariants}
 
 
-def check(
-    conn: Db,
-    config: ChaosConfig,
-    chaos: Chaos,
-    fleet: Fleet,
-    exits: dict[str, int | None],
-    canceller: Canceller,
-) -> tuple[list[Invariant], dict[str, str]]:
-    """The invariants and the counts, from the evidence tables and the workers' logs."""
-    found = evidence(conn, fleet.leases(), WORKER_ROLE, CANCELLER_ROLE, conn.info.user)
-    core = core_invariants(found)
-    dups, counts, leases, roles = (found[k] for k in ("dups", "counts", "leases", "roles"))
+@dataclass(frozen=True)
+class Seen:
+    """What a chaos run saw besides its evidence tables, as judge() weighs it: the producer's, the
+    canceller's and the chaos thread's tallies, what the workers' logs and exit statuses say, and what
+    was read back through the client."""
+
+    acked: int  # ids the producer was given, each once (chaos.acked must hold as many)
+    conflicts: int  # keyed enqueues given a job that held the key already
+    variants: int  # kinds of keyed enqueue used, of the four (unique_scope, on_conflict)
+    cancel_calls: int  # jobq.cancel calls committed
+    cancel_refused: dict[str, int]  # jobq.cancel calls refused with an error (not a connection's): by message
+    samples: int  # the canceller's samples of the unique keys held twice
+    shared_seen: int  # unique keys seen held twice, summed over the samples
+    read: int  # done jobs whose result was read back through pgjobq.job (read_back)
+    misread: list[int]  # of them, those whose result was not the handler's
+    beyond: list[str]  # what WORKER_ROLE may do beyond the worker level (privileges), in words
+    not_reaping: int  # the workers' log lines 'not reaping:' (jobq.reap refused)
+    kills: int
+    terminated: int  # worker connections terminated
+    stop: StopRecord | None  # the SIGSTOP
+    late_refused: int  # the SIGSTOPped worker's late completes refused, by its log (late_refusals)
+    restarts: list[RestartRecord]
+    exits: dict[str, int | None]  # every worker's exit status after SIGTERM (None: still running)
+    unexpected_exits: list[tuple[str, int | None]]  # workers that exited on their own
+
+
+def judge(found: Mapping[str, Mapping[str, Any]], config: ChaosConfig, seen: Seen) -> list[Invariant]:
+    """Every invariant of a chaos run (INVARIANTS), from its evidence() and what it saw besides."""
+    core = core_invariants(found, seen.acked)
+    counts, leases, roles = (found[k] for k in ("counts", "leases", "roles"))
     unique, forced, results, absorbing, requests, snoozes, replaces = (
         found[k] for k in ("unique", "forced", "results", "absorbing", "requests", "snoozes", "replaces")
     )
     shared_now = found["shared"]["shared"]
-    read, misread = read_back(conn, 200, config.seed)
-    producer = chaos.producer
-    deadlocked = sum(w.log_text().count("deadlock detected") for w in fleet.every)
-    allowed = privileges(conn, WORKER_ROLE)
-    beyond = (
-        (["role attributes"] if allowed["attributes"] else [])
-        + (["role memberships"] if allowed["memberships"] else [])
-        + (["jobq.jobs"] if allowed["table_access"] else [])
-        + list(allowed["other_functions"])
-    )
-    not_reaping = sum(w.log_text().count("not reaping:") for w in fleet.every)
     by_length = {float(k): int(n) for k, n in leases["claims_by_length"].items()}
     unused = [lease for lease in config.leases if not by_length.get(lease)]
-
-    refused_all = sum(len(REFUSED.findall(w.log_text())) for w in fleet.every)
-    stop = chaos.stop
-    late_refused = late_refusals(stop) if stop is not None else 0
-
-    restarts = chaos.restarts
+    restarts, stop = seen.restarts, seen.stop
     modes = sorted(r.mode for r in restarts)
     slowest = [max((s if s is not None else math.inf) for s in r.reconnect.values()) for r in restarts]
     cpu_limit = [0.25 * r.outage + 0.2 for r in restarts]
     cpu_worst = [max(r.cpu.values(), default=0.0) for r in restarts]
     lines_worst = [max(r.log_lines.values(), default=0) for r in restarts]
-    unclean = {name: status for name, status in exits.items() if status != 0}
+    unclean = {name: status for name, status in seen.exits.items() if status != 0}
 
     def secs(values: list[float]) -> str:
         return ", ".join("never" if math.isinf(v) else f"{v:.1f} s" for v in values) or "-"
 
-    invariants = [
+    return [
         core["lost"],
         core["double_claims"],
         core["stale_completions"],
@@ -1534,20 +1565,21 @@ def check(
         Invariant(
             "worker_level_only", f"job changes not made by the worker-level role {WORKER_ROLE}",
             f"{roles['foreign']} of {roles['changes']} ({roles['reaps_by_role']} reaps by it;"
-            f" beyond the worker level: {', '.join(beyond) or 'nothing'})"
-            + (f"; {not_reaping} worker(s) refused jobq.reap" if not_reaping else ""),
+            f" beyond the worker level: {', '.join(seen.beyond) or 'nothing'})"
+            + (f"; {seen.not_reaping} worker(s) refused jobq.reap" if seen.not_reaping else ""),
             "0",
-            roles["foreign"] == 0 and not beyond and roles["reaps_by_role"] > 0 and not_reaping == 0,
+            roles["foreign"] == 0 and not seen.beyond and roles["reaps_by_role"] > 0
+            and seen.not_reaping == 0,
         ),
         core["effects_exactly_once"],
         Invariant(
             "unique_keys", "two jobs holding one unique key at once (transition log; now; sampled)",
-            f"{unique['overlaps']}; {shared_now}; {canceller.shared_seen} in {canceller.samples}"
+            f"{unique['overlaps']}; {shared_now}; {seen.shared_seen} in {seen.samples}"
             f" samples ({unique['holders']} holders on {unique['keys']} keys,"
             f" {unique['given_up']} given up running; {unique['unlogged']} unlogged)",
             "0; 0; 0",
-            unique["overlaps"] == 0 and shared_now == 0 and canceller.shared_seen == 0
-            and canceller.samples > 0 and unique["holders"] > 0 and unique["unlogged"] == 0,
+            unique["overlaps"] == 0 and shared_now == 0 and seen.shared_seen == 0
+            and seen.samples > 0 and unique["holders"] > 0 and unique["unlogged"] == 0,
         ),
         Invariant(
             "replace_kept", "replaces (scope active) whose payload was dropped",
@@ -1557,9 +1589,9 @@ def check(
         ),
         Invariant(
             "cancel_errors", "jobq.cancel calls refused with an error (not a connection's)",
-            str(sum(canceller.refused.values()))
-            + "".join(f"; {n} x {message}" for message, n in sorted(canceller.refused.items())),
-            "0", not canceller.refused,
+            f"{sum(seen.cancel_refused.values())} of {seen.cancel_calls + sum(seen.cancel_refused.values())}"
+            + "".join(f"; {n} x {message}" for message, n in sorted(seen.cancel_refused.items())),
+            "0", not seen.cancel_refused and seen.cancel_calls > 0,
         ),
         Invariant(
             "forced_never_done", "jobs force-cancelled ('cancelled' returned) done then or later",
@@ -1570,8 +1602,9 @@ def check(
         Invariant(
             "results", "results not what the handler returned for the payload (SQL; read back by pgjobq.job)",
             f"{results['wrong']} of {results['done']} done ({results['with_result']} with a result);"
-            f" {len(misread)} of {read}",
-            "0; 0", results["wrong"] == 0 and not misread and results["with_result"] > 0 and read > 0,
+            f" {len(seen.misread)} of {seen.read}",
+            "0; 0",
+            results["wrong"] == 0 and not seen.misread and results["with_result"] > 0 and seen.read > 0,
         ),
         Invariant(
             "cancelled_absorbing", "cancelled jobs changed, claimed again or not cancelled at the end",
@@ -1595,10 +1628,10 @@ def check(
         ),
         Invariant(
             "job_control_load", "job control mixed in: unique conflicts, variants, cancels, snoozes, results",
-            f"{producer.conflicts}, {len(producer.variants)}/4, {canceller.calls}, {snoozes['snoozed']},"
+            f"{seen.conflicts}, {seen.variants}/4, {seen.cancel_calls}, {snoozes['snoozed']},"
             f" {results['with_result']}",
             "all > 0, 4/4",
-            producer.conflicts > 0 and len(producer.variants) == 4 and canceller.calls > 0
+            seen.conflicts > 0 and seen.variants == 4 and seen.cancel_calls > 0
             and snoozes["snoozed"] > 0 and results["with_result"] > 0,
         ),
         Invariant(
@@ -1607,11 +1640,12 @@ def check(
         ),
         Invariant(
             "clean_exit", "workers not exiting 0 within 30 s of SIGTERM",
-            f"{len(unclean)} of {len(exits)}" + (f" {unclean}" if unclean else ""), "0", not unclean,
+            f"{len(unclean)} of {len(seen.exits)}" + (f" {unclean}" if unclean else ""), "0",
+            not unclean and len(seen.exits) > 0,
         ),
         Invariant(
             "no_crashes", "workers that exited on their own",
-            str(len(fleet.unexpected_exits)), "0", not fleet.unexpected_exits,
+            str(len(seen.unexpected_exits)), "0", not seen.unexpected_exits,
         ),
         Invariant(
             "reconnect", "slowest reconnect after each restart",
@@ -1630,16 +1664,68 @@ def check(
         ),
         Invariant(
             "late_complete_refused", "late completes of the SIGSTOPped worker refused",
-            f"{late_refused} of {len(stop.held) if stop else 0} held job(s)", ">= 1", late_refused >= 1,
+            f"{seen.late_refused} of {len(stop.held) if stop else 0} held job(s)", ">= 1",
+            seen.late_refused >= 1,
         ),
         Invariant(
             "faults", "faults injected: kills, stops, terminated connections, restarts",
-            f"{chaos.kills}, {1 if stop else 0}, {sum(chaos.terminated.values())}, {'+'.join(modes)}",
+            f"{seen.kills}, {1 if stop else 0}, {seen.terminated}, {'+'.join(modes)}",
             "all kinds",
-            chaos.kills > 0 and stop is not None and sum(chaos.terminated.values()) > 0
-            and modes == ["fast", "immediate"],
+            seen.kills > 0 and stop is not None and seen.terminated > 0 and modes == ["fast", "immediate"],
         ),
     ]  # fmt: skip
+
+
+def check(
+    conn: Db,
+    config: ChaosConfig,
+    chaos: Chaos,
+    fleet: Fleet,
+    exits: dict[str, int | None],
+    canceller: Canceller,
+) -> tuple[list[Invariant], dict[str, str]]:
+    """The invariants and the counts, from the evidence tables and the workers' logs."""
+    found = evidence(conn, fleet.leases(), WORKER_ROLE, CANCELLER_ROLE, conn.info.user)
+    dups, counts, leases, roles = (found[k] for k in ("dups", "counts", "leases", "roles"))
+    unique, forced, results, absorbing, requests, snoozes = (
+        found[k] for k in ("unique", "forced", "results", "absorbing", "requests", "snoozes")
+    )
+    read, misread = read_back(conn, 200, config.seed)
+    producer = chaos.producer
+    deadlocked = sum(w.log_text().count("deadlock detected") for w in fleet.every)
+    allowed = privileges(conn, WORKER_ROLE)
+    beyond = (
+        (["role attributes"] if allowed["attributes"] else [])
+        + (["role memberships"] if allowed["memberships"] else [])
+        + (["jobq.jobs"] if allowed["table_access"] else [])
+        + list(allowed["other_functions"])
+    )
+    by_length = {float(k): int(n) for k, n in leases["claims_by_length"].items()}
+    refused_all = sum(len(REFUSED.findall(w.log_text())) for w in fleet.every)
+    stop = chaos.stop
+    late_refused = late_refusals(stop) if stop is not None else 0
+    restarts = chaos.restarts
+    seen = Seen(
+        acked=len(set(producer.acked)),
+        conflicts=producer.conflicts,
+        variants=len(producer.variants),
+        cancel_calls=canceller.calls,
+        cancel_refused=dict(canceller.refused),
+        samples=canceller.samples,
+        shared_seen=canceller.shared_seen,
+        read=read,
+        misread=misread,
+        beyond=beyond,
+        not_reaping=sum(w.log_text().count("not reaping:") for w in fleet.every),
+        kills=chaos.kills,
+        terminated=sum(chaos.terminated.values()),
+        stop=stop,
+        late_refused=late_refused,
+        restarts=restarts,
+        exits=exits,
+        unexpected_exits=list(fleet.unexpected_exits),
+    )
+    invariants = judge(found, config, seen)
 
     summary = {
         "jobs acknowledged to the producer": f"{counts['acked']:,}",

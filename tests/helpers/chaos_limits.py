@@ -16,8 +16,11 @@ queues:
   backlog of 11,000 such jobs made each claim take a second and the queue
   crawl (30 jobs/s; an earlier version of this run);
 - ``fair``: ``concurrency => 30, key_concurrency => 1, key_order =>
-  'round_robin'``, keys 'f0'..'f29' (5% of its jobs with no key), its four
-  hot keys with the big backlogs (1,500 each, then 30% of its stream);
+  'round_robin'``, keys 'f0'..'f39' (5% of its jobs with no key): more
+  keys than its concurrency, so that its own limit binds, not only the
+  keys'; five jobs of every key are in the backlog, so that the first
+  claims meet more keys with work than the limit lets run; its four hot
+  keys have the big backlogs (1,500 each, then 30% of its stream);
 - ``ticks``: the jobs of ``jobq.schedule('tick', 'ticks', '{"ms": 2, ...}',
   every => interval '1 second', priority => 5, catch_up => 'all')``
   (the payload: the handler's sleep), enqueued by the workers' own
@@ -44,11 +47,13 @@ clock, the job, its lease, old and new status, its concurrency key read from
 jobq.concurrency_keys, and whether it was a reap).  Then the invariants,
 from that log and the handlers' records:
 
-1. ``limits``: sweeping the intervals from each change to running to the
-   job's next change, at no instant more than the queue's concurrency run,
-   nor more than key_concurrency of one key (a change is logged before its
-   transaction commits, and a claim counts only committed ends, so the log
-   never shows a sound history over its limits);
+1. ``limit_<queue>``, ``key_limit_<queue>``: sweeping the intervals from
+   each change to running to the job's next change, at no instant more than
+   the queue's concurrency run, nor more than key_concurrency of one key (a
+   change is logged before its transaction commits, and a claim counts only
+   committed ends, so the log never shows a sound history over its limits);
+   and each limit was reached (a claim brought the queue to its concurrency,
+   a key to its key_concurrency), or the run proved nothing of it;
 2. ``overlaps``: every two executions of one job that overlapped in time
    (handler start to end) are explained by a reap of the earlier one's lease
    before the later one started;
@@ -76,7 +81,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -103,7 +108,18 @@ from helpers.processes import pgjobq_command, process_env, wait_until  # noqa: E
 from helpers.sqlhelpers import Db  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
-__all__ = ["LimitsConfig", "LimitsReport", "main", "render", "run_limits"]
+__all__ = [
+    "INVARIANTS",
+    "SCHEMA_DDL",
+    "LimitsConfig",
+    "LimitsReport",
+    "LimitsSeen",
+    "evidence",
+    "judge",
+    "main",
+    "render",
+    "run_limits",
+]
 
 LIMITED = "limited"
 FAIR = "fair"
@@ -111,6 +127,13 @@ TICKS = "ticks"
 SCHEDULE = "tick"
 WORKER_ROLE = "chaos_worker"
 HANDLER = "helpers.chaos_handlers:run"
+
+# The keys of every invariant a limits run judges (judge()), in the order of its table.
+# tests/worker/test_chaos_limits.py asserts each of them, and that a run's report has exactly these.
+INVARIANTS = (
+    f"limit_{LIMITED}", f"key_limit_{LIMITED}", f"limit_{FAIR}", f"key_limit_{FAIR}", "overlaps", "lost",
+    "schedule", "clean_exit", "faults",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -126,7 +149,10 @@ class LimitsConfig:
     fair_hot_backlog: int  # and of fair
     fair_share: float = 0.25  # of the jobs go to fair
     keys: int = 100  # limited: k0 .. k99
-    fair_keys: int = 30  # fair: f0 .. f29
+    # fair: f0 .. f39, more than its concurrency: at one job of a key at a time, 30 keys could never
+    # run past it, and its limit would go untested
+    fair_keys: int = 40
+    fair_key_backlog: int = 5  # jobs of every key of fair in the backlog: its first claims reach its limit
     hot_keys: int = 4  # k0..k3 and f0..f3
     # of the stream of limited goes to its hot keys: modest, as its claims (priority order) walk the
     # full keys' backlog at every claim, holding the queue's gate meanwhile (52_limits.sql)
@@ -405,9 +431,9 @@ class Producer(threading.Thread):
             self.error = exc
 
     def _job(
-        self, hot: bool | None = None, queue: str | None = None
+        self, hot: bool | None = None, queue: str | None = None, key: str | None = None
     ) -> tuple[str, str | None, dict[str, Any]]:
-        """(queue, concurrency key, payload) of the next job."""
+        """(queue, concurrency key, payload) of the next job (of key, when given)."""
         c = self.config
         rng = self._rng
         n = self._numbered
@@ -417,13 +443,8 @@ class Producer(threading.Thread):
         if hot is None:
             hot = rng.random() < (c.hot_share if queue == LIMITED else c.fair_hot_share)
         prefix, keys = ("k", c.keys) if queue == LIMITED else ("f", c.fair_keys)
-        key: str | None
-        if queue == FAIR and rng.random() < c.keyless_fair:
-            key = None
-        elif hot:
-            key = f"{prefix}{rng.randrange(c.hot_keys)}"
-        else:
-            key = f"{prefix}{rng.randrange(c.hot_keys, keys)}"
+        if key is None and not (queue == FAIR and rng.random() < c.keyless_fair):
+            key = f"{prefix}{rng.randrange(c.hot_keys) if hot else rng.randrange(c.hot_keys, keys)}"
         payload = {"n": n, "ms": rng.randint(*c.handler_ms), "mode": "plain", "fail": n % c.fail_every == 13}
         return queue, key, payload
 
@@ -470,6 +491,8 @@ class Producer(threading.Thread):
         c = self.config
         conn: psycopg.Connection[Any] | None = None
         backlog = [
+            self._job(queue=FAIR, key=f"f{k}") for _ in range(c.fair_key_backlog) for k in range(c.fair_keys)
+        ] + [
             self._job(hot=True, queue=queue)
             for queue, per_key in ((LIMITED, c.hot_backlog), (FAIR, c.fair_hot_backlog))
             for _ in range(c.hot_keys * per_key)
@@ -877,42 +900,65 @@ def evidence(conn: Db, unscheduled_at: datetime | None = None) -> dict[str, Any]
     }
 
 
-def check(
-    conn: Db, config: LimitsConfig, faults: Faults, fleet: Fleet, exits: dict[str, int | None],
-    scheduled: bool, unscheduled_at: datetime | None, wall_produce: float,
-) -> tuple[list[Invariant], dict[str, str]]:  # fmt: skip
-    found = evidence(conn, unscheduled_at)
+@dataclass(frozen=True)
+class LimitsSeen:
+    """What a limits run saw besides its evidence tables, as judge() weighs it."""
+
+    scheduled: bool  # the extension has jobq.schedule: the run made the 1-second schedule
+    tick_granted: bool  # the workers' role may run jobq.tick (when there is no occurrence, to say why)
+    wall_produce: float  # seconds from the producer's start to the unschedule
+    exits: dict[str, int | None]  # every worker's exit status after SIGTERM (None: still running)
+    unexpected_exits: list[tuple[str, int | None]]  # workers that exited on their own
+    kills: int
+    kills_holding: int  # of them, of a worker holding running jobs
+    pauses: int
+    long_stop: str | None  # what the long SIGSTOP did (None: none)
+    restarts: list[str]
+
+
+def limit_invariants(
+    row: Mapping[str, Any] | None, queue: str, limit: int, key_limit: int
+) -> list[Invariant]:
+    """The two invariants of queue's limits (limit_<queue>, key_limit_<queue>) from its LIMIT_SWEEP row
+    (None: the queue has no limits): never past either, the queue's configured as the run asked, and each
+    reached (a run that never filled the queue, or a key, proves nothing of its limit)."""
+    if row is None:
+        return [
+            Invariant(f"{kind}_{queue}", f"{queue}: limits configured", "none", "yes", False)
+            for kind in ("limit", "key_limit")
+        ]
+    configured = row["concurrency"] == limit and row["key_concurrency"] == key_limit
+    return [
+        Invariant(
+            f"limit_{queue}",
+            f"{queue}: most running at once (concurrency {limit}); instants over; claims reaching it",
+            f"{row['peak']}; {row['over']}; {row['hits']:,} ({row['spans']:,} runs, {row['gaps']} log gaps,"
+            f" {row['open']} open)",
+            f"<= {limit}; 0; > 0",
+            configured and row["over"] == 0 and row["peak"] <= limit and row["gaps"] == 0
+            and row["open"] == 0 and row["spans"] > 0 and row["hits"] > 0,
+        ),
+        Invariant(
+            f"key_limit_{queue}",
+            f"{queue}: most running of one key at once (key_concurrency {key_limit}); instants over;"
+            " keys reaching it",
+            f"{row['key_peak']}; {row['key_over']}; {row['keys_at_limit']} of {row['keys']} keys",
+            f"<= {key_limit}; 0; > 0",
+            configured and row["key_over"] == 0 and row["key_peak"] <= key_limit and row["keys"] > 0
+            and row["keys_at_limit"] > 0,
+        ),
+    ]  # fmt: skip
+
+
+def judge(found: Mapping[str, Any], config: LimitsConfig, seen: LimitsSeen) -> list[Invariant]:
+    """Every invariant of a limits run (INVARIANTS), from its evidence() and what it saw besides."""
     sweep: list[dict[str, Any]] = found["sweep"]
     overlaps, lost, sched, counts = found["overlaps"], found["lost"], found["schedule"], found["counts"]
-    invariants: list[Invariant] = []
-    expected_queues = {LIMITED: (config.concurrency, config.key_concurrency),
-                       FAIR: (config.fair_concurrency, config.fair_key_concurrency)}  # fmt: skip
-    seen = {row["queue"]: row for row in sweep}
-    for queue, (limit, key_limit) in expected_queues.items():
-        row = seen.get(queue)
-        if row is None:
-            invariants.append(
-                Invariant(f"limits_{queue}", f"{queue}: limits configured", "none", "yes", False)
-            )
-            continue
-        configured = row["concurrency"] == limit and row["key_concurrency"] == key_limit
-        invariants.append(Invariant(
-            f"limit_{queue}",
-            f"{queue}: most running at once (concurrency {limit}); instants over",
-            f"{row['peak']}; {row['over']} ({row['spans']:,} runs, {row['gaps']} log gaps,"
-            f" {row['open']} open)",
-            f"<= {limit}; 0",
-            configured and row["over"] == 0 and row["peak"] <= limit and row["gaps"] == 0
-            and row["open"] == 0 and row["spans"] > 0,
-        ))  # fmt: skip
-        invariants.append(Invariant(
-            f"key_limit_{queue}",
-            f"{queue}: most running of one key at once (key_concurrency {key_limit}); instants over",
-            f"{row['key_peak']}; {row['key_over']}"
-            f" ({row['keys_at_limit']} of {row['keys']} keys at the limit)",
-            f"<= {key_limit}; 0",
-            configured and row["key_over"] == 0 and row["key_peak"] <= key_limit and row["keys"] > 0,
-        ))  # fmt: skip
+    seen_queues = {row["queue"]: row for row in sweep}
+    invariants = [
+        *limit_invariants(seen_queues.get(LIMITED), LIMITED, config.concurrency, config.key_concurrency),
+        *limit_invariants(seen_queues.get(FAIR), FAIR, config.fair_concurrency, config.fair_key_concurrency),
+    ]
     invariants.append(Invariant(
         "overlaps", "overlapping executions of one job not explained by a reap",
         f"{overlaps['unexplained']} of {overlaps['overlaps']} ({overlaps['same_lease']} under one lease)",
@@ -920,26 +966,22 @@ def check(
     ))  # fmt: skip
     invariants.append(Invariant(
         "lost", "jobs lost (not done, nor failed on purpose); done twice; done unexecuted",
-        f"{lost['lost']} ({lost['missing']} missing, {lost['unfinished']} not drained);"
+        f"{lost['lost']} of {lost['acked']:,} ({lost['missing']} missing, {lost['unfinished']} not drained);"
         f" {lost['done_twice']}; {lost['unexecuted']}",
-        "0; 0; 0",
+        f"0 of {config.jobs:,}; 0; 0",
         lost["lost"] == 0 and lost["done_twice"] == 0 and lost["unexecuted"] == 0
         and lost["acked"] == config.jobs,
     ))  # fmt: skip
-    if not scheduled:
+    if not seen.scheduled:
         invariants.append(Invariant(
             "schedule", "1-second schedule: SKIPPED, the extension has no jobq.schedule",
             "skipped", "-", True,
         ))  # fmt: skip
     elif sched is None:
-        may_tick = _one(
-            conn,
-            "SELECT has_function_privilege(%(role)s, 'jobq.tick()', 'EXECUTE') AS ok",
-            {"role": WORKER_ROLE},
-        )["ok"]
         invariants.append(Invariant(
             "schedule", "1-second schedule: occurrence jobs",
-            "none" + ("" if may_tick else f" (jobq.tick refused to {WORKER_ROLE}: not in the worker level)"),
+            "none" + ("" if seen.tick_granted else
+                      f" (jobq.tick refused to {WORKER_ROLE}: not in the worker level)"),
             "> 0", False,
         ))  # fmt: skip
     else:
@@ -953,22 +995,40 @@ def check(
             "0; 0; 0; 0 (0); 0; 0",
             sched["missing"] == 0 and sched["doubled"] == 0 and sched["off_grid"] == 0
             and sched["not_done"] == 0 and sched["unexecuted"] == 0 and sched["tail_wrong"] == 0
-            and sched["wrong_marks"] == 0 and (sched["span"] or 0) >= 0.8 * wall_produce,
+            and sched["wrong_marks"] == 0 and (sched["span"] or 0) >= 0.8 * seen.wall_produce,
         ))  # fmt: skip
-    unclean = {name: status for name, status in exits.items() if status != 0}
+    unclean = {name: status for name, status in seen.exits.items() if status != 0}
     invariants.append(Invariant(
         "clean_exit", "workers not exiting 0 within 30 s of SIGTERM; workers that exited on their own",
-        f"{len(unclean)} of {len(exits)}; {len(fleet.unexpected_exits)}", "0; 0",
-        not unclean and not fleet.unexpected_exits,
+        f"{len(unclean)} of {len(seen.exits)}; {len(seen.unexpected_exits)}", "0; 0",
+        not unclean and not seen.unexpected_exits and len(seen.exits) > 0,
     ))  # fmt: skip
     invariants.append(Invariant(
         "faults", "faults: kills (of workers holding jobs), pauses, long SIGSTOP, restarts",
-        f"{faults.kills} ({faults.kills_holding}), {faults.pauses}, {'1' if faults.long_stop else '0'},"
-        f" {len(faults.restarts)}",
+        f"{seen.kills} ({seen.kills_holding}), {seen.pauses}, {'1' if seen.long_stop else '0'},"
+        f" {len(seen.restarts)}",
         "> 0, > 0, 1, 2",
-        faults.kills_holding > 0 and faults.pauses > 0 and faults.long_stop is not None
-        and len(faults.restarts) == 2 and counts["reaps"] > 0,
+        seen.kills_holding > 0 and seen.pauses > 0 and seen.long_stop is not None
+        and len(seen.restarts) == 2 and counts["reaps"] > 0,
     ))  # fmt: skip
+    return invariants
+
+
+def check(
+    conn: Db, config: LimitsConfig, faults: Faults, fleet: Fleet, exits: dict[str, int | None],
+    scheduled: bool, unscheduled_at: datetime | None, wall_produce: float,
+) -> tuple[list[Invariant], dict[str, str]]:  # fmt: skip
+    found = evidence(conn, unscheduled_at)
+    overlaps, lost, sched, counts = found["overlaps"], found["lost"], found["schedule"], found["counts"]
+    granted = "SELECT has_function_privilege(%(role)s, 'jobq.tick()', 'EXECUTE') AS ok"
+    tick_granted = scheduled and bool(_one(conn, granted, {"role": WORKER_ROLE})["ok"])
+    seen = LimitsSeen(
+        scheduled=scheduled, tick_granted=tick_granted, wall_produce=wall_produce, exits=exits,
+        unexpected_exits=list(fleet.unexpected_exits), kills=faults.kills, kills_holding=faults.kills_holding,
+        pauses=faults.pauses, long_stop=faults.long_stop, restarts=list(faults.restarts),
+    )  # fmt: skip
+    invariants = judge(found, config, seen)
+    seen_queues = {row["queue"]: row for row in found["sweep"]}
 
     summary: dict[str, str] = {
         "jobs acknowledged (limited / fair)": f"{lost['acked']:,} ({faults.producer.by_queue[LIMITED]:,} /"
@@ -981,7 +1041,7 @@ def check(
         "reaps (of limited)": f"{counts['reaps']:,} ({counts['reaps_limited']:,})",
     }
     for queue in (LIMITED, FAIR):
-        row = seen.get(queue)
+        row = seen_queues.get(queue)
         if row is not None:
             summary[f"{queue}: max running (limit); claims reaching it; time at it"] = (
                 f"{row['peak']} ({row['concurrency']}); {row['hits']:,}; {row['at_limit']:.1f} s"

@@ -93,6 +93,7 @@ for folder in ("tools", "tests"):  # run as a program, only tests/helpers is on 
         sys.path.insert(0, str(ROOT / folder))
 
 from helpers.chaos import (  # noqa: E402
+    CORE_INVARIANTS,
     REFUSED,
     WORKER_ROLE,
     ChaosConfig,
@@ -113,15 +114,25 @@ from helpers.processes import wait_until  # noqa: E402
 from helpers.sqlhelpers import Db  # noqa: E402
 
 __all__ = [
+    "INVARIANTS",
+    "CutFinding",
     "Episode",
     "EpisodeRecord",
+    "Findings",
+    "Kind",
     "LogLine",
     "NetConfig",
     "NetReport",
+    "OpenFinding",
+    "WindowFinding",
     "claims_between",
     "count_between",
+    "find_cut",
+    "find_open",
+    "find_window",
     "first_after",
     "first_claim",
+    "judge",
     "main",
     "partition_evidence",
     "read_log",
@@ -135,6 +146,15 @@ HOSTS = ("h1", "h2", "h3")  # the worker hosts: slot k of the fleet runs in HOST
 PORT = 5432
 HANDLER_SERVICE = "pgjobq_chaos_net_handler"  # the libpq service of the handlers' own connections
 UNAVAILABLE = "database unavailable"
+
+# The keys of every invariant a network chaos run judges (judge()), in the order of its table.
+# tests/worker/test_chaos_net.py asserts each of them, and that a run's report has exactly these.
+INVARIANTS = (
+    *CORE_INVARIANTS, "lease_lengths", "cut_real", "cut_noticed", "cut_stops_claiming", "cut_server_cleared",
+    "cut_recovered", "cut_late_refused", "cut_rejoined", "half_open_real", "half_open_noticed",
+    "half_open_rejoined", "latency_real", "latency_works", "loss_real", "loss_works", "drained", "clean_exit",
+    "no_crashes",
+)  # fmt: skip
 
 Kind = Literal["cut", "latency", "loss", "half_open"]
 
@@ -762,6 +782,15 @@ def find_cut(conn: Db, config: NetConfig, r: EpisodeRecord, lines: list[LogLine]
     )
 
 
+def find_open(conn: Db, r: EpisodeRecord, lines: list[LogLine]) -> OpenFinding:
+    """What the evidence (the transition log, the worker's log lines) says of the half-open episode r."""
+    return OpenFinding(
+        record=r,
+        noticed=_since(first_after(lines, r.ended, UNAVAILABLE), r.ended),
+        rejoined=_since(first_claim(conn, r.worker, r.ended), r.ended),
+    )
+
+
 def find_window(
     conn: Db, r: EpisodeRecord, workers: list[str], lines: list[LogLine], tail: float
 ) -> WindowFinding:
@@ -773,6 +802,156 @@ def find_window(
     )
 
 
+@dataclass(frozen=True)
+class Findings:
+    """What the evidence says of each episode of a run, by kind."""
+
+    cuts: list[CutFinding]
+    latencies: list[WindowFinding]
+    losses: list[WindowFinding]
+    opens: list[OpenFinding]
+
+
+def _within(value: float | None, bound: float) -> bool:
+    return value is not None and value <= bound
+
+
+def _listed(findings: list[Any], show: Callable[[Any], str]) -> str:
+    return "; ".join(f"{f.record.host}: {show(f)}" for f in findings) or "no episode"
+
+
+def _every(findings: list[Any], ok: Callable[[Any], bool]) -> bool:
+    """ok holds for every finding, and there is one at least: a kind of fault never injected proves
+    nothing."""
+    return bool(findings) and all(ok(f) for f in findings)
+
+
+def judge(
+    found: Mapping[str, Mapping[str, Any]],
+    config: NetConfig,
+    acked: int,
+    findings: Findings,
+    exits: dict[str, int | None],
+    unexpected: list[tuple[str, int | None]],
+) -> list[Invariant]:
+    """Every invariant of a network chaos run (INVARIANTS): from its evidence() (acked: the ids the
+    producer was given, each once), what the evidence says of each episode, and the workers' exit statuses
+    after SIGTERM (None: still running) and exits on their own."""
+    core = core_invariants(found, acked)
+    leases, counts = found["leases"], found["counts"]
+    cuts, latencies, losses, opens = findings.cuts, findings.latencies, findings.losses, findings.opens
+    c = config
+    unclean = {name: status for name, status in exits.items() if status != 0}
+    least_rtt = c.latency_ms[0] - c.latency_ms[1]
+    return [
+        core["lost"],
+        core["double_claims"],
+        core["stale_completions"],
+        core["second_completions"],
+        core["duplicates_explained"],
+        core["reaped_valid_lease"],
+        core["effects_exactly_once"],
+        Invariant(
+            "lease_lengths", "claims and heartbeats not under the workers' --lease-timeout",
+            f"{leases['wrong']} of {leases['claims']} claims + {leases['heartbeats']} heartbeats",
+            "0", leases["wrong"] == 0 and leases["claims"] > 0,
+        ),
+        Invariant(
+            "cut_real", "cuts: packets dropped (both ways); running jobs the worker cut off held",
+            _listed(cuts, lambda f: f"{f.dropped:,}; {f.held}"), "> 0; > 0",
+            _every(cuts, lambda f: f.dropped > 0 and f.held > 0),
+        ),
+        Invariant(
+            "cut_noticed", "cuts: seconds until the worker cut off logs 'database unavailable'",
+            _listed(cuts, lambda f: _secs(f.noticed)), f"<= {c.notice_bound:g} s",
+            _every(cuts, lambda f: _within(f.noticed, c.notice_bound)),
+        ),
+        Invariant(
+            "cut_stops_claiming", "cuts: claims by the worker cut off, from the notice bound to the heal",
+            _listed(cuts, lambda f: str(f.blackout_claims)), "0",
+            _every(cuts, lambda f: f.blackout_claims == 0),
+        ),
+        Invariant(
+            "cut_server_cleared", "cuts: seconds until the server has none of the host's backends left",
+            _listed(cuts, lambda f: f"{f.record.backends} in {_secs(f.record.cleared_after)}"),
+            f"<= {c.server_bound:g} s",
+            _every(cuts, lambda f: f.record.backends > 0 and _within(f.record.cleared_after, c.server_bound)),
+        ),
+        Invariant(
+            "cut_recovered", "cuts: leases held at the cut reaped after their expiry, before the heal",
+            _listed(cuts, lambda f: f"{f.recovered} of {f.held} ({f.rerun_elsewhere} rerun elsewhere)"),
+            "all",
+            _every(cuts, lambda f: 0 < f.held == f.recovered),
+        ),
+        Invariant(
+            "cut_late_refused",
+            "cuts: changes under those leases after the cut but their reap; late acknowledgements refused"
+            " (the worker's log)",
+            _listed(cuts, lambda f: f"{f.late}; {f.refused}"), "0; >= 1",
+            _every(cuts, lambda f: f.late == 0 and f.refused >= 1),
+        ),
+        Invariant(
+            "cut_rejoined", "cuts: seconds from the heal to the worker's next claim",
+            _listed(cuts, lambda f: _secs(f.rejoined)), f"<= {c.rejoin_bound:g} s",
+            _every(cuts, lambda f: _within(f.rejoined, c.rejoin_bound)),
+        ),
+        Invariant(
+            "half_open_real",
+            "half-open: connections the host holds established; the server's sockets with it left",
+            _listed(opens, lambda f: f"{f.record.half_open}; {f.record.server_left}"
+                   f" ({f.record.destroyed} forgotten)"),
+            ">= 1; 0",
+            _every(opens, lambda f: f.record.half_open >= 1 and f.record.destroyed >= 1
+                  and f.record.server_left == 0),
+        ),
+        Invariant(
+            "half_open_noticed", "half-open: seconds from the heal to the worker's 'database unavailable'",
+            _listed(opens, lambda f: _secs(f.noticed)), f"<= {c.notice_bound:g} s",
+            _every(opens, lambda f: _within(f.noticed, c.notice_bound)),
+        ),
+        Invariant(
+            "half_open_rejoined", "half-open: seconds from the heal to the worker's next claim",
+            _listed(opens, lambda f: _secs(f.rejoined)), f"<= {c.rejoin_bound:g} s",
+            _every(opens, lambda f: _within(f.rejoined, c.rejoin_bound)),
+        ),
+        Invariant(
+            "latency_real", "latency: a TCP connect's time from the delayed host during it",
+            _listed(latencies, lambda f: f"{1000 * (f.record.rtt or 0):.0f} ms"), f">= {least_rtt:g} ms",
+            _every(latencies, lambda f: f.record.rtt is not None and 1000 * f.record.rtt >= least_rtt),
+        ),
+        Invariant(
+            "latency_works", "latency: the delayed host's claims; its 'database unavailable' lines",
+            _listed(latencies, lambda f: f"{f.claims}; {f.unavailable}"), "> 0; 0",
+            _every(latencies, lambda f: f.claims > 0 and f.unavailable == 0),
+        ),
+        Invariant(
+            "loss_real", "loss: share of the lossy host's packets dropped",
+            _listed(losses, lambda f: f"{100 * f.counters.share:.1f}% of {f.counters.seen:,}"),
+            f"{c.loss_percent / 2:g}-{2 * c.loss_percent:g}%",
+            _every(losses, lambda f: f.counters.seen >= 100
+                  and c.loss_percent / 2 <= 100 * f.counters.share <= 2 * c.loss_percent),
+        ),
+        Invariant(
+            "loss_works", "loss: the lossy host's claims (its 'database unavailable' lines: allowed)",
+            _listed(losses, lambda f: f"{f.claims} ({f.unavailable})"), "> 0",
+            _every(losses, lambda f: f.claims > 0),
+        ),
+        Invariant(
+            "drained", "jobs left queued or running after the drain",
+            str(counts["unfinished"]), "0", counts["unfinished"] == 0,
+        ),
+        Invariant(
+            "clean_exit", "workers not exiting 0 within 30 s of SIGTERM",
+            f"{len(unclean)} of {len(exits)}" + (f" {unclean}" if unclean else ""), "0",
+            not unclean and len(exits) > 0,
+        ),
+        Invariant(
+            "no_crashes", "workers that exited on their own",
+            str(len(unexpected)), "0", not unexpected,
+        ),
+    ]  # fmt: skip
+
+
 def check(
     conn: Db,
     config: NetConfig,
@@ -780,11 +959,13 @@ def check(
     fleet: NetFleet,
     exits: dict[str, int | None],
     baseline_rtt: dict[str, float],
+    acked: int,
 ) -> tuple[list[Invariant], dict[str, str]]:
-    """The invariants and the counts, from the evidence tables, the workers' logs and the records."""
+    """The invariants and the counts, from the evidence tables (acked: the ids the producer was given,
+    each once), the workers' logs and the records."""
     found = evidence(conn, fleet.leases(), WORKER_ROLE, None, conn.info.user)
-    core = core_invariants(found)
-    counts, leases, dups = found["counts"], found["leases"], found["dups"]
+    counts, dups = found["counts"], found["dups"]
+    unexpected = list(fleet.unexpected_exits)
     logs = {w.name: read_log(w.log_text()) for w in fleet.every}
     workers = [w.name for w in fleet.every]
     c = config
@@ -795,14 +976,7 @@ def check(
     cuts = [find_cut(conn, c, r, logs[r.worker]) for r in records("cut")]
     latencies = [find_window(conn, r, workers, logs[r.worker], 0.0) for r in records("latency")]
     losses = [find_window(conn, r, workers, logs[r.worker], c.notice_bound) for r in records("loss")]
-    opens = [
-        OpenFinding(
-            r,
-            _since(first_after(logs[r.worker], r.ended, UNAVAILABLE), r.ended),
-            _since(first_claim(conn, r.worker, r.ended), r.ended),
-        )
-        for r in records("half_open")
-    ]
+    opens = [find_open(conn, r, logs[r.worker]) for r in records("half_open")]
 
     summary: dict[str, str] = {}
     for cut in cuts:
@@ -839,122 +1013,7 @@ def check(
             f" and claims again {_secs(half.rejoined)} after the heal"
         )
 
-    def within(value: float | None, bound: float) -> bool:
-        return value is not None and value <= bound
-
-    def listed(findings: list[Any], show: Callable[[Any], str]) -> str:
-        return "; ".join(f"{f.record.host}: {show(f)}" for f in findings) or "no episode"
-
-    def every(findings: list[Any], ok: Callable[[Any], bool]) -> bool:
-        return bool(findings) and all(ok(f) for f in findings)
-
-    unclean = {name: status for name, status in exits.items() if status != 0}
-    least_rtt = c.latency_ms[0] - c.latency_ms[1]
-    invariants = [
-        core["lost"],
-        core["double_claims"],
-        core["stale_completions"],
-        core["second_completions"],
-        core["duplicates_explained"],
-        core["reaped_valid_lease"],
-        core["effects_exactly_once"],
-        Invariant(
-            "lease_lengths", "claims and heartbeats not under the workers' --lease-timeout",
-            f"{leases['wrong']} of {leases['claims']} claims + {leases['heartbeats']} heartbeats",
-            "0", leases["wrong"] == 0 and leases["claims"] > 0,
-        ),
-        Invariant(
-            "cut_real", "cuts: packets dropped (both ways); running jobs the worker cut off held",
-            listed(cuts, lambda f: f"{f.dropped:,}; {f.held}"), "> 0; > 0",
-            every(cuts, lambda f: f.dropped > 0 and f.held > 0),
-        ),
-        Invariant(
-            "cut_noticed", "cuts: seconds until the worker cut off logs 'database unavailable'",
-            listed(cuts, lambda f: _secs(f.noticed)), f"<= {c.notice_bound:g} s",
-            every(cuts, lambda f: within(f.noticed, c.notice_bound)),
-        ),
-        Invariant(
-            "cut_stops_claiming", "cuts: claims by the worker cut off, from the notice bound to the heal",
-            listed(cuts, lambda f: str(f.blackout_claims)), "0",
-            every(cuts, lambda f: f.blackout_claims == 0),
-        ),
-        Invariant(
-            "cut_server_cleared", "cuts: seconds until the server has none of the host's backends left",
-            listed(cuts, lambda f: f"{f.record.backends} in {_secs(f.record.cleared_after)}"),
-            f"<= {c.server_bound:g} s",
-            every(cuts, lambda f: f.record.backends > 0 and within(f.record.cleared_after, c.server_bound)),
-        ),
-        Invariant(
-            "cut_recovered", "cuts: leases held at the cut reaped after their expiry, before the heal",
-            listed(cuts, lambda f: f"{f.recovered} of {f.held} ({f.rerun_elsewhere} rerun elsewhere)"), "all",
-            every(cuts, lambda f: 0 < f.held == f.recovered),
-        ),
-        Invariant(
-            "cut_late_refused",
-            "cuts: changes under those leases after the cut but their reap; late acknowledgements refused"
-            " (the worker's log)",
-            listed(cuts, lambda f: f"{f.late}; {f.refused}"), "0; >= 1",
-            every(cuts, lambda f: f.late == 0 and f.refused >= 1),
-        ),
-        Invariant(
-            "cut_rejoined", "cuts: seconds from the heal to the worker's next claim",
-            listed(cuts, lambda f: _secs(f.rejoined)), f"<= {c.rejoin_bound:g} s",
-            every(cuts, lambda f: within(f.rejoined, c.rejoin_bound)),
-        ),
-        Invariant(
-            "half_open_real",
-            "half-open: connections the host holds established; the server's sockets with it left",
-            listed(opens, lambda f: f"{f.record.half_open}; {f.record.server_left}"
-                   f" ({f.record.destroyed} forgotten)"),
-            ">= 1; 0",
-            every(opens, lambda f: f.record.half_open >= 1 and f.record.destroyed >= 1
-                  and f.record.server_left == 0),
-        ),
-        Invariant(
-            "half_open_noticed", "half-open: seconds from the heal to the worker's 'database unavailable'",
-            listed(opens, lambda f: _secs(f.noticed)), f"<= {c.notice_bound:g} s",
-            every(opens, lambda f: within(f.noticed, c.notice_bound)),
-        ),
-        Invariant(
-            "half_open_rejoined", "half-open: seconds from the heal to the worker's next claim",
-            listed(opens, lambda f: _secs(f.rejoined)), f"<= {c.rejoin_bound:g} s",
-            every(opens, lambda f: within(f.rejoined, c.rejoin_bound)),
-        ),
-        Invariant(
-            "latency_real", "latency: a TCP connect's time from the delayed host during it",
-            listed(latencies, lambda f: f"{1000 * (f.record.rtt or 0):.0f} ms"), f">= {least_rtt:g} ms",
-            every(latencies, lambda f: f.record.rtt is not None and 1000 * f.record.rtt >= least_rtt),
-        ),
-        Invariant(
-            "latency_works", "latency: the delayed host's claims; its 'database unavailable' lines",
-            listed(latencies, lambda f: f"{f.claims}; {f.unavailable}"), "> 0; 0",
-            every(latencies, lambda f: f.claims > 0 and f.unavailable == 0),
-        ),
-        Invariant(
-            "loss_real", "loss: share of the lossy host's packets dropped",
-            listed(losses, lambda f: f"{100 * f.counters.share:.1f}% of {f.counters.seen:,}"),
-            f"{c.loss_percent / 2:g}-{2 * c.loss_percent:g}%",
-            every(losses, lambda f: f.counters.seen >= 100
-                  and c.loss_percent / 2 <= 100 * f.counters.share <= 2 * c.loss_percent),
-        ),
-        Invariant(
-            "loss_works", "loss: the lossy host's claims (its 'database unavailable' lines: allowed)",
-            listed(losses, lambda f: f"{f.claims} ({f.unavailable})"), "> 0",
-            every(losses, lambda f: f.claims > 0),
-        ),
-        Invariant(
-            "drained", "jobs left queued or running after the drain",
-            str(counts["unfinished"]), "0", counts["unfinished"] == 0,
-        ),
-        Invariant(
-            "clean_exit", "workers not exiting 0 within 30 s of SIGTERM",
-            f"{len(unclean)} of {len(exits)}" + (f" {unclean}" if unclean else ""), "0", not unclean,
-        ),
-        Invariant(
-            "no_crashes", "workers that exited on their own",
-            str(len(fleet.unexpected_exits)), "0", not fleet.unexpected_exits,
-        ),
-    ]  # fmt: skip
+    invariants = judge(found, config, acked, Findings(cuts, latencies, losses, opens), exits, unexpected)
 
     totals = {
         "jobs acknowledged to the producer": f"{counts['acked']:,}",
@@ -1068,7 +1127,7 @@ def _run(config: NetConfig, workdir: Path, network: Network, server: NamespacedP
                 for row in producer.replaced:
                     copy.write_row(row)
             say("checking")
-            invariants, counts = check(conn, config, faults, fleet, exits, baseline)
+            invariants, counts = check(conn, config, faults, fleet, exits, baseline, len(set(producer.acked)))
             if not all(invariant.ok for invariant in invariants):
                 say(f"invariants violated: the evidence tables are in {keep_evidence(conn, workdir)}")
     finally:

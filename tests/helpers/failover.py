@@ -119,15 +119,25 @@ from helpers.sqlhelpers import Db  # noqa: E402
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
 __all__ = [
+    "ALWAYS",
     "STANDBY",
+    "SYNC_ONLY",
+    "Enqueues",
     "FailoverConfig",
     "FailoverReport",
+    "Outside",
     "Pair",
     "Relay",
     "WalTail",
+    "WorkerLog",
+    "invariant_keys",
+    "judge_enqueues",
+    "judge_outside",
     "logged_at",
     "main",
     "multi_host",
+    "outside_invariants",
+    "read_log",
     "render",
     "replicated",
     "run",
@@ -140,6 +150,21 @@ Mode = Literal["sync", "async"]
 
 STANDBY = "standby"  # the standby's application_name, named by synchronous_standby_names
 HANDLER = "helpers.failover:run"
+
+# The keys of the invariants a failover run judges (check()), in the order of its table: on any
+# timeline, and besides with a synchronous standby.  tests/worker/test_failover.py asserts each of a
+# synchronous run's, and that its report has exactly these.
+ALWAYS = ("failover", "double_claims", "drained", "reconnect", "clean_exit", "no_crashes")
+SYNC_ONLY = (
+    "enqueues_survive", "acks_hold", "leases_once", "lost", "stale_completions", "second_completions",
+    "duplicates_explained", "effects_exactly_once",
+)  # fmt: skip
+
+
+def invariant_keys(mode: Mode) -> tuple[str, ...]:
+    """The keys of the invariants a failover run of mode judges."""
+    return ALWAYS + SYNC_ONLY if mode == "sync" else ALWAYS
+
 
 # The worker's log lines read as evidence (the CLI's format: "<asctime> <level> <logger>: <message>")
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.]+): (.*)$")
@@ -575,6 +600,63 @@ def judge_outside(
     )
 
 
+@dataclass(frozen=True)
+class Enqueues:
+    """The producer's enqueues whose commit returned, judged against the new primary's jobs."""
+
+    before: int  # returned before the kill
+    missing: list[int]  # of them, ids not on the new primary
+    other: list[int]  # of them, ids that are another job's now (another payload number)
+    after: int  # returned after the promotion
+    after_lost: list[int]  # of them, missing or another job's
+
+
+def judge_enqueues(
+    given: list[tuple[int, int]], before_kill: int, final: Mapping[int, tuple[str, int]]
+) -> Enqueues:
+    """given: (id, payload number) of every enqueue whose commit returned, in order, the first before_kill
+    of them before the kill; final: the new primary's jobs, id -> (status, payload number)."""
+    before, after = given[:before_kill], given[before_kill:]
+    return Enqueues(
+        before=len(before),
+        missing=[i for i, _ in before if i not in final],
+        other=[i for i, n in before if i in final and final[i][1] != n],
+        after=len(after),
+        after_lost=[i for i, n in after if final.get(i, ("", -1))[1] != n],
+    )
+
+
+def outside_invariants(enqueues: Enqueues, outside: Outside) -> list[Invariant]:
+    """The invariants of a synchronous failover judged on the evidence outside the database (the
+    producer's log, the workers'): enqueues_survive, acks_hold, leases_once.  Each requires its evidence
+    to hold something: no enqueue returned, no acknowledgement logged (or none owed across the kill), no
+    execution logged, is a run that proved nothing."""
+    return [
+        Invariant(
+            "enqueues_survive", "enqueues whose commit returned before the kill: missing; another payload",
+            f"{len(enqueues.missing)}; {len(enqueues.other)} of {enqueues.before:,}"
+            f" ({len(enqueues.after_lost)} missing or changed of {enqueues.after:,} after)",
+            "0; 0",
+            not enqueues.missing and not enqueues.other and not enqueues.after_lost and enqueues.before > 0,
+        ),
+        Invariant(
+            "acks_hold", "acknowledgements that returned ('job N done') undone: job run again or not done;"
+            " job gone",
+            f"{len(outside.undone)}; {len(outside.gone)} of {outside.acks:,} ({outside.owed_held} of"
+            f" {outside.owed_sent} owed at the kill, sent after reconnecting, held)",
+            "0; 0", not outside.undone and not outside.gone and outside.acks > 0 and outside.owed_sent > 0,
+        ),
+        Invariant(
+            "leases_once", "(job, lease) executed twice; ids executed for two payloads (workers' logs)",
+            f"{len(outside.reissued_leases)}; {len(outside.reissued_ids)}"
+            f" of {outside.executions:,} executions"
+            f" ({outside.refused_after} late acknowledgements refused after the promotion)",
+            "0; 0",
+            not outside.reissued_leases and not outside.reissued_ids and outside.executions > 0,
+        ),
+    ]  # fmt: skip
+
+
 # -- the run -----------------------------------------------------------------
 
 
@@ -772,15 +854,11 @@ def check(
 ) -> tuple[list[Invariant], dict[str, str], dict[str, str]]:
     """The invariants, the measurements of what was lost, and the counts."""
     found = evidence(conn, fleet.leases(), WORKER_ROLE, None, conn.info.user)
-    core = core_invariants(found)
+    core = core_invariants(found, len(set(producer.acked)))
     stale, dups, counts = found["stale"], found["dups"], found["counts"]
     rows = conn.execute("SELECT id, status, (payload->>'n')::bigint AS n FROM jobq.jobs").fetchall()
     final = {int(r["id"]): (str(r["status"]), int(r["n"])) for r in rows}
-    before = producer.given[: record.acked_before_kill]
-    missing = [i for i, _ in before if i not in final]
-    other = [i for i, n in before if i in final and final[i][1] != n]  # the id is another job's now
-    after = producer.given[record.acked_before_kill :]
-    after_lost = [i for i, n in after if final.get(i, ("", -1))[1] != n]
+    enqueues = judge_enqueues(producer.given, record.acked_before_kill, final)
     logs = [read_log(w.name, w.log_text()) for w in fleet.every]
     outside = judge_outside(logs, final, record.killed, record.promoted)
     wal = record.wal_lost or WalTail(0, 0, 0, record.switch_point)
@@ -801,25 +879,6 @@ def check(
     unclean = {name: code for name, code in exits.items() if code != 0}
     sync = config.mode == "sync"
 
-    lost_enqueues = Invariant(
-        "enqueues_survive", "enqueues whose commit returned before the kill: missing; another payload",
-        f"{len(missing)}; {len(other)} of {len(before):,} ({len(after_lost)} missing or changed of"
-        f" {len(after):,} after)",
-        "0; 0", not missing and not other and not after_lost and len(before) > 0,
-    )  # fmt: skip
-    acks_hold = Invariant(
-        "acks_hold", "acknowledgements that returned ('job N done') undone: job run again or not done;"
-        " job gone",
-        f"{len(outside.undone)}; {len(outside.gone)} of {outside.acks:,} ({outside.owed_held} of"
-        f" {outside.owed_sent} owed at the kill, sent after reconnecting, held)",
-        "0; 0", not outside.undone and not outside.gone and outside.acks > 0 and outside.owed_sent > 0,
-    )  # fmt: skip
-    leases_once = Invariant(
-        "leases_once", "(job, lease) executed by two workers (workers' logs)",
-        f"{len(outside.reissued_leases)} of {outside.executions:,} executions"
-        f" ({outside.refused_after} late acknowledgements refused after the promotion)",
-        "0; 0", not outside.reissued_leases and not outside.reissued_ids,
-    )  # fmt: skip
     always = [
         Invariant(
             "failover", "primary killed under load; standby promoted (timeline)",
@@ -848,7 +907,7 @@ def check(
         ),
     ]  # fmt: skip
     judged = [
-        lost_enqueues, acks_hold, leases_once,
+        *outside_invariants(enqueues, outside),
         *(core[k] for k in ("lost", "stale_completions", "second_completions")),
         duplicates,
         core["effects_exactly_once"],
@@ -856,9 +915,9 @@ def check(
     invariants = always + judged if sync else always
 
     measured = {
-        "enqueues returned, then lost (missing)": f"{len(missing):,} of {len(before):,}",
+        "enqueues returned, then lost (missing)": f"{len(enqueues.missing):,} of {enqueues.before:,}",
         "ids handed out again (acknowledged id now another job's; run for two payloads)": (
-            f"{len(other):,}; {len(outside.reissued_ids):,}"
+            f"{len(enqueues.other):,}; {len(outside.reissued_ids):,}"
         ),
         "acknowledgements returned, then undone: job ran again; job gone with its enqueue": (
             f"{len(outside.undone):,}; {len(outside.gone):,} of {outside.acks:,}"

@@ -55,9 +55,11 @@ CATALOG = {
           FROM pg_constraint AS c WHERE c.connamespace = 'jobq'::regnamespace
     """,
     "triggers": """
-        SELECT t.tgname, pg_get_triggerdef(t.oid) AS definition,
+        SELECT t.tgrelid::regclass::text AS relation, t.tgname, pg_get_triggerdef(t.oid) AS definition,
                obj_description(t.oid, 'pg_trigger') AS comment
-          FROM pg_trigger AS t WHERE t.tgrelid = 'jobq.jobs'::regclass AND NOT t.tgisinternal
+          FROM pg_trigger AS t
+          JOIN pg_class AS c ON c.oid = t.tgrelid
+         WHERE c.relnamespace = 'jobq'::regnamespace AND NOT t.tgisinternal
     """,
     "schema": """
         SELECT n.nspacl::text AS acl, obj_description(n.oid, 'pg_namespace') AS comment
@@ -145,6 +147,7 @@ def test_a_fresh_install_equals_an_upgrade_from_every_released_version(
 
     assert installed["extension"][0]["extversion"] == latest_version(db)
     assert version != latest_version(db)
+    assert [part for part in CATALOG if not installed[part]] == []  # equal, but not for want of rows
     for part in CATALOG:
         assert updated[part] == installed[part], part
 
@@ -274,3 +277,52 @@ def test_roles_given_a_level_before_the_upgrade_keep_it_with_the_new_functions(
     assert producer in to_060 and worker in to_060 and "jobq.enqueue" in to_060
     assert producer in to_070 and worker in to_070 and "enqueue_flow" in to_070
     assert worker in to_080 and producer not in to_080 and "jobq.metrics" in to_080
+
+
+@pytest.mark.main_targets  # the comparison is under test here, not the major
+def test_the_comparison_sees_how_the_first_release_differs_from_the_current_one(
+    db: Db, pg_server: ThrowawayPostgres
+) -> None:
+    with login_role(db) as owner, fresh_database(db, owner) as fresh, fresh_database(db, owner) as first:
+        with connect_as(pg_server, fresh, owner) as conn:
+            conn.execute("CREATE EXTENSION pgjobq")
+            installed = catalog(conn)
+        with connect_as(pg_server, first, owner) as conn:
+            install_at(conn, OLDEST_VERSION)
+            oldest = catalog(conn)
+
+    # every part but the schema's (its grants and comment are still 0.1.0's)
+    assert [part for part in CATALOG if oldest[part] != installed[part]] == [
+        part for part in CATALOG if part != "schema"
+    ]
+
+
+@pytest.mark.main_targets  # the comparison is under test here, not the major
+@pytest.mark.parametrize(
+    ("change", "part"),
+    [
+        ("COMMENT ON FUNCTION jobq.version() IS 'changed'", "functions"),
+        ("ALTER FUNCTION jobq.version() SET work_mem = '1MB'", "functions"),
+        ("GRANT EXECUTE ON FUNCTION jobq.metrics() TO PUBLIC", "functions"),
+        ("ALTER TABLE jobq.jobs SET (autovacuum_vacuum_threshold = 5000)", "relations"),
+        ("ALTER TABLE jobq.jobs ALTER COLUMN priority SET DEFAULT 1", "columns"),
+        ("ALTER TABLE jobq.jobs ADD CONSTRAINT jobs_priority_bound CHECK (priority > -1000)", "constraints"),
+        ("COMMENT ON TRIGGER queue_settings_changed_trg ON jobq.queue_settings IS 'changed'", "triggers"),
+        ("COMMENT ON SCHEMA jobq IS 'changed'", "schema"),
+    ],
+    ids=["comment", "setting", "grant", "reloption", "default", "constraint", "trigger", "schema"],
+)
+def test_the_comparison_sees_one_change_an_upgrade_step_could_forget(
+    db: Db, pg_server: ThrowawayPostgres, change: str, part: str
+) -> None:
+    with (
+        login_role(db) as owner,
+        fresh_database(db, owner) as dbname,
+        connect_as(pg_server, dbname, owner) as conn,
+    ):
+        conn.execute("CREATE EXTENSION pgjobq")
+        installed = catalog(conn)
+        conn.execute(change)
+        changed = catalog(conn)
+
+    assert [differing for differing in CATALOG if changed[differing] != installed[differing]] == [part]

@@ -12,6 +12,7 @@ its script is checked to register exactly the bodies the plain scripts run.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -40,6 +41,22 @@ OLD = "0.4.0"  # the plain install that is upgraded
 ONLY_EXTENSIONS_HAVE = ("extension", "initial privileges")
 
 
+# A hard link fails across file systems (EXDEV: the temporary folder elsewhere than the PostgreSQL
+# install), where the files belong to another user and fs.protected_hardlinks is on (EPERM), past a
+# file's link limit (EMLINK), or on a file system without them: then the file is copied.
+CANNOT_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP}
+
+
+def _link_or_copy(source: str, dest: str) -> None:
+    """dest as a hard link to source, or a copy of it where no link can be made (CANNOT_LINK)."""
+    try:
+        os.link(source, dest)
+    except OSError as exc:
+        if exc.errno not in CANNOT_LINK:
+            raise
+        shutil.copy2(source, dest)
+
+
 def _bare_copy(dest: Path) -> Path:
     """A copy of the machine's PostgreSQL in dest (hard links) without pgjobq's files; its bin folder.
 
@@ -50,7 +67,10 @@ def _bare_copy(dest: Path) -> Path:
     bindir = find_bindir()
     pg_config = bindir / "pg_config"
     if not pg_config.exists():
-        pytest.skip(f"no pg_config beside {bindir}/postgres: cannot tell where its share folder is")
+        pytest.fail(
+            f"no pg_config beside {bindir}/postgres: cannot tell where its share folder is "
+            "(Debian: install postgresql-server-dev-15, or run make deps)"
+        )
     share, lib = subprocess.run(
         [str(pg_config), "--sharedir", "--pkglibdir"], capture_output=True, text=True, check=True
     ).stdout.split()
@@ -61,7 +81,7 @@ def _bare_copy(dest: Path) -> Path:
             folder,
             copy,
             symlinks=True,
-            copy_function=os.link,
+            copy_function=_link_or_copy,
             ignore=lambda directory, names: [n for n in names if n.startswith("pgjobq")],
         )
     for path in [dest, *dest.rglob("*")]:  # the server's account walks these folders
@@ -75,10 +95,7 @@ def bare_server() -> Iterator[ThrowawayPostgres]:
     """A server of the machine's major with no pgjobq files: CREATE EXTENSION pgjobq cannot work there."""
     with tempfile.TemporaryDirectory(prefix="pgjobq-bare-") as folder:
         Path(folder).chmod(0o755)
-        try:
-            bindir = _bare_copy(Path(folder) / "programs")
-        except OSError as exc:
-            pytest.skip(f"cannot copy the machine's PostgreSQL for a server without pgjobq: {exc}")
+        bindir = _bare_copy(Path(folder) / "programs")  # an error here fails the tests: no skip
         with ThrowawayPostgres(fast=True, bindir=bindir) as server:
             yield server
 
@@ -310,6 +327,22 @@ def test_a_script_the_generator_cannot_make_plain_is_refused_naming_why(script: 
         pgjobq.InvalidArgument, match=re.escape(f"pgjobq--9.9.9.sql cannot be made plain SQL: {problem}")
     ):
         _sql_install.plain(script, "pgjobq--9.9.9.sql")
+
+
+@pytest.mark.parametrize("refusal", sorted(CANNOT_LINK), ids=lambda code: errno.errorcode[code])
+def test_the_bare_copy_copies_a_file_it_cannot_hard_link(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusal: int
+) -> None:
+    source = tmp_path / "postgres"
+    source.write_text("the server's program")
+
+    def link(src: str, dst: str) -> None:
+        raise OSError(refusal, os.strerror(refusal), src, None, dst)
+
+    monkeypatch.setattr(os, "link", link)
+    _link_or_copy(str(source), str(tmp_path / "copy"))
+
+    assert (tmp_path / "copy").read_text() == "the server's program"
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

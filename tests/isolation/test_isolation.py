@@ -8,6 +8,7 @@ tests/isolation/expected.  What each spec proves is written at its top.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,19 @@ import pytest
 from throwaway_pg import ThrowawayPostgres, find_bindir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+SPECS = sorted(spec.stem for spec in (REPO_ROOT / "tests" / "isolation" / "specs").glob("*.spec"))
+
+# A spec reported as passed: "test claim_vs_claim ... ok 144 ms" (pg_isolation_regress of PostgreSQL 15
+# and older; in a parallel group without "test"), "ok 3 - claim_vs_claim 144 ms" (16 and later, TAP;
+# "+" in a parallel group).
+PASSED = re.compile(
+    r"^\s*(?:test\s+)?(?P<old>\w+)\s+\.\.\.\s+ok\b|^ok\s+\d+\s+[-+]\s+(?P<tap>\w+)", re.MULTILINE
+)
+
+
+def passed_specs(output: str) -> list[str]:
+    """The specs pg_isolation_regress's output reports as passed, sorted."""
+    return sorted(match["old"] or match["tap"] for match in PASSED.finditer(output))
 
 
 def _isolation_regress(pg_config: Path) -> Path | None:
@@ -59,3 +73,20 @@ def test_isolation_specs_match_their_expected_output(pg_server: ThrowawayPostgre
         f"{result.stdout}{result.stderr}\n"
         f"--- regression.diffs ---\n{diffs.read_text() if diffs.exists() else '(none written)'}"
     )
+    # every spec ran: an ISOLATION that expanded to fewer (or none) would exit 0 as well
+    assert SPECS, "no spec in tests/isolation/specs"
+    assert passed_specs(result.stdout) == SPECS, result.stdout
+
+
+def test_the_output_reader_takes_a_spec_as_passed_only_when_it_passed() -> None:
+    # lines as pg_isolation_regress prints them: PostgreSQL 15's, then 18's (TAP)
+    older = (
+        "test claim_vs_claim              ... ok          144 ms\n"
+        "test two_reapers                 ... FAILED      192 ms\n"
+    )
+    tap = (
+        "ok 1         - claim_vs_claim                            201 ms\n"
+        "not ok 2     - two_reapers                                38 ms\n"
+    )
+
+    assert passed_specs(older) == passed_specs(tap) == ["claim_vs_claim"]

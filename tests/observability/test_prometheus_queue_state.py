@@ -78,31 +78,59 @@ def test_the_queue_state_endpoint_counts_what_the_table_holds(db: Db, dsn: str) 
     assert samples.value("pgjobq_database_up") == 1
 
 
-def test_the_queue_state_endpoint_reports_age_pause_and_table_health(db: Db, dsn: str) -> None:
+def table_rows(db: Db) -> dict[str, float]:
+    """jobq.metrics()' rows about the table (queue NULL): metric -> value."""
+    rows = db.execute("SELECT metric, value FROM jobq.metrics() WHERE queue IS NULL").fetchall()
+    return {row["metric"]: row["value"] for row in rows}
+
+
+def tuples(db: Db) -> tuple[float, float]:
+    """jobq.metrics()' live and dead tuples of jobq.jobs."""
+    rows = table_rows(db)
+    return rows["live_tuples"], rows["dead_tuples"]
+
+
+def test_the_queue_state_endpoint_reports_age_pause_and_table_health(
+    db: Db, dsn: str, connect: Connect
+) -> None:
     pgjobq.enqueue(db, "a", {})
     db.execute("UPDATE jobq.jobs SET run_at = now() - interval '1 hour'")
     pgjobq.enqueue(db, "b", {}, run_at=datetime.now(timezone.utc) + timedelta(hours=1))
     pgjobq.pause(db, "b")
+    # an open transaction holding a snapshot, then transactions past it: an age and an xmin age to report
+    holder = connect(autocommit=False)
+    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    holder.execute("SELECT 1")
+    for _ in range(3):
+        db.execute("SELECT txid_current()")
+    # the two jobs inserted and the one updated, once this session has reported them to the statistics
+    assert wait_until(lambda: tuples(db) == (2, 1)), f"the statistics never counted the writes: {tuples(db)}"
     port = free_port()
     start_worker_metrics(port, dsn=dsn)
 
+    before = table_rows(db)
     samples = scrape(port)
+    after = table_rows(db)
 
     age_a = samples.value("pgjobq_queue_oldest_runnable_age_seconds", queue="a")
-    assert age_a is not None and age_a >= 3600
+    assert age_a is not None and 3600 <= age_a < 3700  # the hour, and the moments since the enqueue
     assert samples.value("pgjobq_queue_oldest_runnable_age_seconds", queue="b") == 0
     assert samples.value("pgjobq_queue_paused", queue="a") == 0
     assert samples.value("pgjobq_queue_paused", queue="b") == 1
     size = samples.value("pgjobq_table_size_bytes")
     assert size == scalar(db, "SELECT pg_total_relation_size('jobq.jobs')")
-    for name in (
-        "pgjobq_table_live_tuples",
-        "pgjobq_table_dead_tuples",
-        "pgjobq_oldest_transaction_age_seconds",
-        "pgjobq_oldest_xmin_age",
-    ):
-        value = samples.value(name)
-        assert value is not None and value >= 0, name
+    # the table's health as jobq.metrics() gives it to the test: the same tuple counts, no vacuum yet,
+    # and ages between those it read just before the scrape and just after
+    assert samples.value("pgjobq_table_live_tuples") == after["live_tuples"] == before["live_tuples"]
+    assert samples.value("pgjobq_table_dead_tuples") == after["dead_tuples"] == before["dead_tuples"]
+    assert "last_vacuum_timestamp_seconds" not in after
+    assert samples.value("pgjobq_table_last_vacuum_timestamp_seconds") is None
+    for metric, family in [
+        ("oldest_transaction_age_seconds", "pgjobq_oldest_transaction_age_seconds"),
+        ("oldest_xmin_age", "pgjobq_oldest_xmin_age"),
+    ]:
+        scraped = samples.value(family)
+        assert scraped is not None and 0 < before[metric] <= scraped <= after[metric], (metric, scraped)
     assert samples.families["pgjobq_jobs"] == "gauge"
 
 

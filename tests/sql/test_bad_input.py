@@ -1610,18 +1610,62 @@ def test_the_notification_check_hears_a_watched_job_finishing(db: Db, connect: C
     assert notifications_before_marker(listener, db) == [("jobq.done", str(job_id))]
 
 
+# What a call leaves in the jobs, in the columns its options can set: every job in id order, without ids
+# and moments (a lease as its length, run_at as its delay).
+JOBS_LEFT = """
+SELECT j.queue, j.payload, j.status, j.priority, j.run_at - j.created_at AS delay, j.attempts,
+       j.max_attempts, j.lease, j.locked_by, j.lease_expires_at - j.locked_at AS lease_length,
+       j.finished_at IS NOT NULL AS finished, j.headers, j.control, r.result,
+       (SELECT count(*) FROM jobq.unique_keys AS u WHERE u.job_id = j.id) AS unique_keys
+  FROM jobq.jobs AS j
+  LEFT JOIN jobq.results AS r ON r.id = j.id
+ ORDER BY j.id
+"""
+
+
+def left_by(db: Db, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """JOBS_LEFT after query, read in query's transaction, which is then rolled back."""
+    with db.transaction(force_rollback=True):
+        db.execute(query, params)
+        return db.execute(JOBS_LEFT).fetchall()
+
+
 @pytest.mark.parametrize(
-    "query",
+    ("with_null", "without"),
     [
-        "SELECT jobq.enqueue('default', '{}', max_attempts => NULL)",
-        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], max_attempts => NULL)",
-        "SELECT jobq.enqueue('default', '{}', unique_key => NULL, headers => NULL)",
-        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], unique_keys => NULL, headers => NULL)",
-        "SELECT * FROM jobq.claim('default', 1, 'w1', lease_timeout => NULL)",
-        "SELECT * FROM jobq.complete_and_claim('{}', '{}', 'default', 1, 'w1', lease_timeout => NULL)",
-        "SELECT * FROM jobq.complete_and_claim('{}', '{}', 'default', 1, 'w1', results => NULL)",
-        "SELECT * FROM jobq.complete_many('{}', '{}', results => NULL)",
-        "SELECT * FROM jobq.configure_queue('default')",
+        (
+            "SELECT jobq.enqueue('default', '{}', max_attempts => NULL)",
+            "SELECT jobq.enqueue('default', '{}')",
+        ),
+        (
+            "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], max_attempts => NULL)",
+            "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[])",
+        ),
+        (
+            "SELECT jobq.enqueue('default', '{}', unique_key => NULL, headers => NULL)",
+            "SELECT jobq.enqueue('default', '{}')",
+        ),
+        (
+            "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], unique_keys => NULL, headers => NULL)",
+            "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[])",
+        ),
+        (
+            "SELECT * FROM jobq.claim('default', 1, 'w1', lease_timeout => NULL)",
+            "SELECT * FROM jobq.claim('default', 1, 'w1')",
+        ),
+        (
+            "SELECT * FROM jobq.complete_and_claim(%(ids)s, %(leases)s, 'default', 1, 'w1',"
+            " lease_timeout => NULL)",
+            "SELECT * FROM jobq.complete_and_claim(%(ids)s, %(leases)s, 'default', 1, 'w1')",
+        ),
+        (
+            "SELECT * FROM jobq.complete_and_claim(%(ids)s, %(leases)s, 'default', 1, 'w1', results => NULL)",
+            "SELECT * FROM jobq.complete_and_claim(%(ids)s, %(leases)s, 'default', 1, 'w1')",
+        ),
+        (
+            "SELECT * FROM jobq.complete_many(%(ids)s, %(leases)s, results => NULL)",
+            "SELECT * FROM jobq.complete_many(%(ids)s, %(leases)s)",
+        ),
     ],
     ids=[
         "enqueue-max-attempts",
@@ -1632,11 +1676,35 @@ def test_the_notification_check_hears_a_watched_job_finishing(db: Db, connect: C
         "complete-and-claim-lease-timeout",
         "complete-and-claim-results",
         "complete-many-results",
-        "configure-queue-settings",
     ],
 )
-def test_a_null_option_is_accepted_and_means_the_default(db: Db, query: str) -> None:
+def test_a_null_option_is_accepted_and_means_the_default(db: Db, with_null: str, without: str) -> None:
     """0.6.0 made these NULLs valid: the queue's setting, else the default (and NULL refused them before)."""
-    enqueue(db)
+    running = enqueue(db, "default", {"job": "running"})
+    lease = claim_one(db)["lease"]
+    enqueue(db, "default", {"job": "queued"})
+    params = {"ids": [running], "leases": [lease]}
+    before = db.execute(JOBS_LEFT).fetchall()
 
-    db.execute(query).fetchall()
+    left = left_by(db, with_null, params)
+
+    assert left != before  # JOBS_LEFT sees what the call did
+    assert left == left_by(db, without, params)
+
+
+def test_a_queue_configured_with_every_setting_null_keeps_the_defaults(db: Db) -> None:
+    enqueue(db)  # the queue shows in jobq.queues, on the defaults
+    unconfigured = db.execute("SELECT * FROM jobq.queues").fetchall()
+
+    configured = db.execute(
+        """
+        SELECT * FROM jobq.configure_queue('default', max_attempts => NULL, backoff_base => NULL,
+                                           backoff_max => NULL, backoff_jitter => NULL,
+                                           lease_timeout => NULL, timeout => NULL, concurrency => NULL,
+                                           key_concurrency => NULL, key_order => NULL, rate_limit => NULL,
+                                           rate_interval => NULL)
+        """
+    ).fetchall()
+
+    assert [row.pop("configured") for row in unconfigured + configured] == [False, True]
+    assert configured == unconfigured
