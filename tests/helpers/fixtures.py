@@ -48,7 +48,7 @@ from helpers.processes import StartWorker, WorkerProcess
 from helpers.sqlhelpers import Connect, Db
 from throwaway_pg import ThrowawayPostgres, find_bindir
 
-__all__ = ["FIRST_RELEASE", "RELEASED", "REPO_ROOT", "RunWorker", "Target", "extension_files"]
+__all__ = ["FIRST_RELEASE", "RELEASED", "REPO_ROOT", "RunWorker", "Target", "extension_files", "once_per_run"]
 
 RunWorker = Callable[[str, Callable[[Job], object], WorkerSettings], Worker]
 
@@ -106,6 +106,25 @@ def targets_for(path: Path) -> list[Target]:
     if layer == "isolation" or path.name == "test_installation.py":
         return [Target(), *others]
     return [Target()]
+
+
+def once_per_run(name: str, what: str) -> None:
+    """Fail unless this is the first pytest-xdist worker of this run to get here for name.
+
+    A session fixture that runs a harness (the short chaos runs, the failover run) keeps its tests on one
+    worker with --dist loadgroup; where that did not hold (pytest 9.2 and pytest-xdist issue 1386), a
+    second worker fails them rather than running `what` again.  Nothing to check without pytest-xdist.
+    """
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        return
+    try:
+        (Path(tempfile.gettempdir()) / f"pgjobq-{name}-{run}").touch(exist_ok=False)
+    except FileExistsError:
+        pytest.fail(
+            f"another pytest-xdist worker of this run has {what} already: --dist loadgroup did not keep"
+            " its tests together (pytest 9.2 and pytest-xdist issue 1386)"
+        )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -50,6 +49,7 @@ from helpers.chaos import (
     run_chaos,
 )
 from helpers.chaos_handlers import SCHEMA_DDL, canceller_grants
+from helpers.fixtures import once_per_run
 from helpers.sqlhelpers import Db
 
 # one chaos run for the module: under pytest-xdist its tests stay on one worker
@@ -829,15 +829,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Report]:
     module fixture would be run again after them.  The tests stay on one worker (--dist loadgroup): a
     second worker of the same run that gets here fails them, rather than running the chaos again.
     """
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is not None:
-        try:
-            (Path(tempfile.gettempdir()) / f"pgjobq-chaos-{run}").touch(exist_ok=False)
-        except FileExistsError:
-            pytest.fail(
-                "another pytest-xdist worker of this run has the short chaos run already: --dist loadgroup"
-                " did not keep the chaos tests together (pytest 9.2 and pytest-xdist issue 1386)"
-            )
+    once_per_run("chaos", "the short chaos run")
     workdir: Path = tmp_path_factory.mktemp("chaos")
     result = run_chaos(ChaosConfig.short(), workdir)
     render(result, Console(width=120))

@@ -15,11 +15,8 @@ broken claim, reap, worker or tick would leave, expects it counted, and expects 
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,6 +37,7 @@ from helpers.chaos_limits import (
     render,
     run_limits,
 )
+from helpers.fixtures import once_per_run
 from helpers.sqlhelpers import Db
 
 # a run of its own: under pytest-xdist it stays on one worker, apart from the other chaos run's
@@ -434,15 +432,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LimitsReport]:
     Session-scoped and kept on one pytest-xdist worker by its group, as test_chaos.py's: a second worker
     of the same run that gets here fails them rather than running it again.
     """
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is not None:
-        try:
-            (Path(tempfile.gettempdir()) / f"pgjobq-chaos-limits-{run}").touch(exist_ok=False)
-        except FileExistsError:
-            pytest.fail(
-                "another pytest-xdist worker of this run has the limits chaos run already: --dist loadgroup"
-                " did not keep its tests together (pytest 9.2 and pytest-xdist issue 1386)"
-            )
+    once_per_run("chaos-limits", "the limits chaos run")
     result = run_limits(LimitsConfig.short(), tmp_path_factory.mktemp("chaos-limits"))
     render(result, Console(width=140))
     yield result

@@ -27,12 +27,9 @@ they read the workers' log lines the checks rely on.
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,6 +66,7 @@ from helpers.chaos_net import (
     render,
     run_chaos_net,
 )
+from helpers.fixtures import once_per_run
 from helpers.netns import Counters, Unsupported, unsupported
 from helpers.sqlhelpers import Db
 
@@ -568,15 +566,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetReport]:
     reason = unsupported()
     if reason is not None:
         required.skip_or_fail("netns", f"the network chaos run needs network namespaces: {reason}")
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is not None:
-        try:
-            (Path(tempfile.gettempdir()) / f"pgjobq-chaos-net-{run}").touch(exist_ok=False)
-        except FileExistsError:
-            pytest.fail(
-                "another pytest-xdist worker of this run has the network chaos run already: --dist loadgroup"
-                " did not keep its tests together (pytest 9.2 and pytest-xdist issue 1386)"
-            )
+    once_per_run("chaos-net", "the network chaos run")
     try:
         result = run_chaos_net(NetConfig.short(), tmp_path_factory.mktemp("chaos-net"))
     except Unsupported as exc:

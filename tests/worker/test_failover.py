@@ -33,11 +33,9 @@ the standby.
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -63,6 +61,7 @@ from helpers.failover import (
     replicated,
     run_failover,
 )
+from helpers.fixtures import once_per_run
 from helpers.processes import pgjobq_command, process_env, wait_until
 from helpers.sqlhelpers import Db
 
@@ -94,12 +93,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FailoverReport]
     run is (tests/worker/test_chaos.py): a second worker of the same run
     that gets here fails them rather than running it again.
     """
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is not None:
-        try:
-            (Path(tempfile.gettempdir()) / f"pgjobq-failover-{run}").touch(exist_ok=False)
-        except FileExistsError:
-            pytest.fail("another pytest-xdist worker of this run has the failover run already")
+    once_per_run("failover", "the failover run")
     result = run_failover(FailoverConfig.short("sync"), tmp_path_factory.mktemp("failover"))
     render(result, Console(width=120))
     yield result
