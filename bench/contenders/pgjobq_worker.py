@@ -15,7 +15,7 @@ The Worker connects inside ``run()``.  So that its start-up (two
 connections and the LISTEN probe) stays out of the timed run, as the other
 contenders connect before calling ``ready()``, the Worker here passes the
 start barrier right after its first connect, before its first claim: a
-subclass wraps the Worker's ``_connect`` (python/pgjobq/_worker.py).  Should
+subclass wraps the Worker's ``_connect`` (python/pgjobq/_worker/sync.py).  Should
 a later Worker have no ``_connect``, the barrier is passed before ``run()``
 and the start-up is timed.
 """

@@ -26,8 +26,7 @@ from __future__ import annotations
 import logging
 
 from pgjobq import aio
-from pgjobq._async_worker import AsyncWorker
-from pgjobq._client import (
+from pgjobq._client.sync import (
     Cancellation,
     Health,
     JobState,
@@ -84,12 +83,14 @@ from pgjobq._errors import (
     Snooze,
     UniqueKeyInUse,
 )
-from pgjobq._extension import PACKAGE_VERSION, SUPPORTED_EXTENSION_VERSIONS, check_extension
+from pgjobq._install.check import check_extension
 from pgjobq._job import Job
-from pgjobq._observe import Outcome, WorkerObserver
 from pgjobq._router import JobAddress, QueueRouter
-from pgjobq._settings import WorkerSettings
-from pgjobq._worker import Worker
+from pgjobq._version import PACKAGE_VERSION, SUPPORTED_EXTENSION_VERSIONS
+from pgjobq._worker.aio import AsyncWorker
+from pgjobq._worker.observe import Outcome, WorkerObserver
+from pgjobq._worker.settings import WorkerSettings
+from pgjobq._worker.sync import Worker
 
 __all__ = [
     "SUPPORTED_EXTENSION_VERSIONS",

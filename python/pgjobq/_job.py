@@ -97,7 +97,7 @@ class Job:
 
     def _presume_lost(self) -> None:
         """Set cancel_requested because the worker presumes the lease lost: it could not reach the database
-        to extend it for longer than its length (pgjobq._leases.Leases.presumed_lost)."""
+        to extend it for longer than its length (pgjobq._worker.leases.Leases.presumed_lost)."""
         event = self.cancel_requested
         assert isinstance(event, _CancelEvent)
         event.presumed_lost = True  # before set(): whoever sees the event set can tell why

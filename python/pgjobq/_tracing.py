@@ -38,8 +38,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pgjobq._errors import Snooze
-from pgjobq._extension import PACKAGE_VERSION
 from pgjobq._job import Job
+from pgjobq._version import PACKAGE_VERSION
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider

@@ -2,7 +2,7 @@
 
 The same names, arguments and results as the sync calls (``pgjobq.enqueue``
 and ``await pgjobq.aio.enqueue``), the same checks before any SQL and the
-same statements: both are shells over pgjobq._proto.  Like the sync calls,
+same statements: both are shells over pgjobq._client.proto.  Like the sync calls,
 nothing here commits: each runs in conn's current transaction::
 
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
@@ -27,10 +27,9 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
-from pgjobq import _proto, _tracing
-from pgjobq._extension import check_installed
-from pgjobq._job import Job
-from pgjobq._proto import (
+from pgjobq import _tracing
+from pgjobq._client import proto
+from pgjobq._client.proto import (
     DONE_CHANNEL,
     POLL_FIRST,
     POLL_MAX,
@@ -46,9 +45,11 @@ from pgjobq._proto import (
     translated,
     use_json_loaders,
 )
-from pgjobq._proto import KeyOrder as KeyOrder
+from pgjobq._client.proto import KeyOrder as KeyOrder
+from pgjobq._install.check import check_installed
+from pgjobq._install.plain import Installed
+from pgjobq._job import Job
 from pgjobq._queries import query
-from pgjobq._sql_install import Installed
 
 __all__ = [
     "cancel",
@@ -91,7 +92,7 @@ AsyncConn = psycopg.AsyncConnection[Any]
 R = TypeVar("R")
 
 
-async def _run(conn: AsyncConn, call: _proto.Call[R], *, prepare: bool | None = None) -> R:
+async def _run(conn: AsyncConn, call: proto.Call[R], *, prepare: bool | None = None) -> R:
     """Send call on conn and decode its rows (whatever conn's row factory and JSON loaders)."""
     with translated():
         async with conn.cursor(row_factory=call.row) as cur:
@@ -153,7 +154,7 @@ async def enqueue(
     on_parent_failure: OnParentFailure = "cancel",
 ) -> int | None:
     """As :func:`pgjobq.enqueue`, on an AsyncConnection."""
-    params = _proto.enqueue_checked(
+    params = proto.enqueue_checked(
         queue,
         payload,
         unique_key=unique_key,
@@ -164,7 +165,7 @@ async def enqueue(
     with _tracing.send(params["queue"], headers) as sending:
         job_id = await _run(
             conn,
-            _proto.enqueue_call(
+            proto.enqueue_call(
                 params,
                 priority=priority,
                 run_at=run_at,
@@ -224,13 +225,13 @@ async def enqueue_many(
     concurrency_keys: Sequence[str | None] | None = None,
 ) -> list[int | None] | list[int]:
     """As :func:`pgjobq.enqueue_many`, on an AsyncConnection."""
-    params, count = _proto.enqueue_many_checked(
+    params, count = proto.enqueue_many_checked(
         queue, payloads, unique_keys=unique_keys, concurrency_keys=concurrency_keys
     )
     with _tracing.send(params["queue"], headers, count=count) as sending:
         ids = await _run(
             conn,
-            _proto.enqueue_many_call(
+            proto.enqueue_many_call(
                 params,
                 priority=priority,
                 run_at=run_at,
@@ -246,33 +247,33 @@ async def enqueue_many(
 
 async def enqueue_flow(conn: AsyncConn, queue: str, steps: Sequence[Mapping[str, Any]]) -> list[int]:
     """As :func:`pgjobq.enqueue_flow`, on an AsyncConnection."""
-    return await _run(conn, _proto.enqueue_flow(queue, steps))
+    return await _run(conn, proto.enqueue_flow(queue, steps))
 
 
 async def claim(
     conn: AsyncConn, queue: str, n: int, worker: str, *, lease_timeout: timedelta | None = None
 ) -> list[Job]:
     """As :func:`pgjobq.claim`, on an AsyncConnection."""
-    return await _run(conn, _proto.claim(queue, n, worker, lease_timeout))
+    return await _run(conn, proto.claim(queue, n, worker, lease_timeout))
 
 
 async def claim_any(
     conn: AsyncConn, queues: Sequence[str], n: int, worker: str, *, lease_timeout: timedelta | None = None
 ) -> list[Job]:
     """As :func:`pgjobq.claim_any`, on an AsyncConnection."""
-    return await _run(conn, _proto.claim_any(queues, n, worker, lease_timeout))
+    return await _run(conn, proto.claim_any(queues, n, worker, lease_timeout))
 
 
 async def complete(conn: AsyncConn, job_id: int, lease: int, *, result: Any = None) -> None:
     """As :func:`pgjobq.complete`, on an AsyncConnection."""
-    await _run(conn, _proto.complete(job_id, lease, result))
+    await _run(conn, proto.complete(job_id, lease, result))
 
 
 async def complete_many(
     conn: AsyncConn, acks: Sequence[tuple[int, int]], *, results: Sequence[Any] | None = None
 ) -> set[int]:
     """As :func:`pgjobq.complete_many`, on an AsyncConnection."""
-    return await _run(conn, _proto.complete_many(acks, results))
+    return await _run(conn, proto.complete_many(acks, results))
 
 
 async def complete_and_claim(
@@ -286,90 +287,90 @@ async def complete_and_claim(
     results: Sequence[Any] | None = None,
 ) -> tuple[set[int], list[Job]]:
     """As :func:`pgjobq.complete_and_claim`, on an AsyncConnection."""
-    return await _run(conn, _proto.complete_and_claim(acks, queue, n, worker, lease_timeout, results))
+    return await _run(conn, proto.complete_and_claim(acks, queue, n, worker, lease_timeout, results))
 
 
 async def fail(
     conn: AsyncConn, job_id: int, error: str, lease: int, *, retry_in: timedelta | None = None
 ) -> tuple[str, datetime]:
     """As :func:`pgjobq.fail`, on an AsyncConnection."""
-    return await _run(conn, _proto.fail(job_id, error, lease, retry_in))
+    return await _run(conn, proto.fail(job_id, error, lease, retry_in))
 
 
 async def snooze(conn: AsyncConn, job_id: int, lease: int, delay: timedelta) -> datetime | None:
     """As :func:`pgjobq.snooze`, on an AsyncConnection."""
-    return await _run(conn, _proto.snooze(job_id, lease, delay))
+    return await _run(conn, proto.snooze(job_id, lease, delay))
 
 
 async def heartbeat(conn: AsyncConn, job_id: int, lease: int) -> None:
     """As :func:`pgjobq.heartbeat`, on an AsyncConnection."""
-    await _run(conn, _proto.heartbeat(job_id, lease))
+    await _run(conn, proto.heartbeat(job_id, lease))
 
 
 async def heartbeat_many(conn: AsyncConn, held: Sequence[tuple[int, int]]) -> set[int]:
     """As :func:`pgjobq.heartbeat_many`, on an AsyncConnection."""
-    return await _run(conn, _proto.heartbeat_many(held))
+    return await _run(conn, proto.heartbeat_many(held))
 
 
 async def release(conn: AsyncConn, job_id: int, lease: int) -> None:
     """As :func:`pgjobq.release`, on an AsyncConnection."""
-    await _run(conn, _proto.release(job_id, lease))
+    await _run(conn, proto.release(job_id, lease))
 
 
 async def reap(conn: AsyncConn, stale: timedelta | None = None) -> list[tuple[int, str, str]]:
     """As :func:`pgjobq.reap`, on an AsyncConnection."""
-    return await _run(conn, _proto.reap(stale))
+    return await _run(conn, proto.reap(stale))
 
 
 async def retry_failed(
     conn: AsyncConn, queue: str | None = None, ids: Sequence[int] | None = None
 ) -> list[int]:
     """As :func:`pgjobq.retry_failed`, on an AsyncConnection."""
-    return await _run(conn, _proto.retry_failed(queue, ids))
+    return await _run(conn, proto.retry_failed(queue, ids))
 
 
 async def register_waiter(
     conn: AsyncConn, queue: str, worker: str, up_to: timedelta
 ) -> tuple[bool, datetime | None]:
     """As :func:`pgjobq.register_waiter`, on an AsyncConnection."""
-    return await _run(conn, _proto.register_waiter(queue, worker, up_to))
+    return await _run(conn, proto.register_waiter(queue, worker, up_to))
 
 
 async def channel(conn: AsyncConn, queue: str) -> str:
     """As :func:`pgjobq.channel`, on an AsyncConnection."""
-    return await _run(conn, _proto.channel(queue))
+    return await _run(conn, proto.channel(queue))
 
 
 async def stats(conn: AsyncConn) -> list[QueueStats]:
     """As :func:`pgjobq.stats`, on an AsyncConnection."""
-    return await _run(conn, _proto.stats())
+    return await _run(conn, proto.stats())
 
 
 async def purge(
     conn: AsyncConn, older_than: timedelta, *, max_rows: int = 100_000, include_failed: bool = False
 ) -> int:
     """As :func:`pgjobq.purge`, on an AsyncConnection."""
-    return await _run(conn, _proto.purge(older_than, max_rows, include_failed))
+    return await _run(conn, proto.purge(older_than, max_rows, include_failed))
 
 
 async def health(conn: AsyncConn) -> Health:
     """As :func:`pgjobq.health`, on an AsyncConnection."""
-    return await _run(conn, _proto.health())
+    return await _run(conn, proto.health())
 
 
 async def cancel(conn: AsyncConn, ids: Iterable[int], *, force: bool = False) -> list[Cancellation]:
     """As :func:`pgjobq.cancel`, on an AsyncConnection."""
-    return await _run(conn, _proto.cancel(ids, force))
+    return await _run(conn, proto.cancel(ids, force))
 
 
 async def pause(conn: AsyncConn, queue: str) -> None:
     """As :func:`pgjobq.pause`, on an AsyncConnection."""
-    await _run(conn, _proto.pause(queue))
+    await _run(conn, proto.pause(queue))
 
 
 async def resume(conn: AsyncConn, queue: str) -> None:
     """As :func:`pgjobq.resume`, on an AsyncConnection."""
-    await _run(conn, _proto.resume(queue))
+    await _run(conn, proto.resume(queue))
 
 
 async def configure_queue(
@@ -390,7 +391,7 @@ async def configure_queue(
     rate_interval: timedelta | None = None,
 ) -> QueueSettings:
     """As :func:`pgjobq.configure_queue`, on an AsyncConnection."""
-    call = _proto.configure_queue(
+    call = proto.configure_queue(
         queue,
         max_attempts=max_attempts,
         backoff_base=backoff_base,
@@ -410,27 +411,27 @@ async def configure_queue(
 
 async def queues(conn: AsyncConn) -> list[QueueSettings]:
     """As :func:`pgjobq.queues`, on an AsyncConnection."""
-    return await _run(conn, _proto.queues())
+    return await _run(conn, proto.queues())
 
 
 async def queue_overview(conn: AsyncConn) -> list[QueueOverview]:
     """As :func:`pgjobq.queue_overview`, on an AsyncConnection."""
-    return await _run(conn, _proto.queue_overview())
+    return await _run(conn, proto.queue_overview())
 
 
 async def job(conn: AsyncConn, job_id: int) -> JobState:
     """As :func:`pgjobq.job`, on an AsyncConnection."""
-    return await _run(conn, _proto.job_state("job", _proto.job_id_params(job_id)))
+    return await _run(conn, proto.job_state("job", proto.job_id_params(job_id)))
 
 
 async def watch(conn: AsyncConn, job_id: int) -> JobState:
     """As :func:`pgjobq.watch`, on an AsyncConnection."""
-    return await _run(conn, _proto.job_state("watch", _proto.job_id_params(job_id)))
+    return await _run(conn, proto.job_state("watch", proto.job_id_params(job_id)))
 
 
 async def wait(conn: AsyncConn, job_id: int, timeout: timedelta) -> JobState | None:
     """As :func:`pgjobq.wait`, on an AsyncConnection: the wait blocks no event loop."""
-    params, seconds = _proto.wait_checked(job_id, timeout, conn.info.transaction_status)
+    params, seconds = proto.wait_checked(job_id, timeout, conn.info.transaction_status)
     deadline = time.monotonic() + seconds
     await _execute(conn, "listen_done")
     try:
@@ -459,7 +460,7 @@ async def schedule(
     catch_up: str = "latest",
 ) -> Schedule:
     """As :func:`pgjobq.schedule`, on an AsyncConnection."""
-    call = _proto.schedule(
+    call = proto.schedule(
         name,
         queue,
         payload,
@@ -476,17 +477,17 @@ async def schedule(
 
 async def unschedule(conn: AsyncConn, name: str) -> bool:
     """As :func:`pgjobq.unschedule`, on an AsyncConnection."""
-    return await _run(conn, _proto.unschedule(name))
+    return await _run(conn, proto.unschedule(name))
 
 
 async def schedules(conn: AsyncConn) -> list[Schedule]:
     """As :func:`pgjobq.schedules`, on an AsyncConnection."""
-    return await _run(conn, _proto.schedules())
+    return await _run(conn, proto.schedules())
 
 
 async def tick(conn: AsyncConn) -> int:
     """As :func:`pgjobq.tick`, on an AsyncConnection."""
-    return await _run(conn, _proto.tick())
+    return await _run(conn, proto.tick())
 
 
 async def _await_finish(conn: AsyncConn, params: Mapping[str, Any], deadline: float) -> JobState | None:
@@ -519,9 +520,9 @@ async def _notified(conn: AsyncConn, payload: str, seconds: float) -> bool:
 
 async def _own_transaction(conn: AsyncConn, name: str, params: Mapping[str, Any]) -> JobState:
     if conn.autocommit:
-        return await _run(conn, _proto.job_state(name, params))
+        return await _run(conn, proto.job_state(name, params))
     async with conn.transaction():
-        return await _run(conn, _proto.job_state(name, params))
+        return await _run(conn, proto.job_state(name, params))
 
 
 async def _execute(conn: AsyncConn, name: str) -> None:

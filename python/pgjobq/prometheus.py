@@ -41,8 +41,8 @@ from psycopg.rows import tuple_row
 
 from pgjobq._errors import ConfigurationError, first_line
 from pgjobq._job import Job
-from pgjobq._observe import Outcome, WorkerObserver
 from pgjobq._queries import statements
+from pgjobq._worker.observe import Outcome, WorkerObserver
 
 if TYPE_CHECKING:
     from typing import LiteralString
@@ -56,7 +56,8 @@ __all__ = [
 
 logger = logging.getLogger("pgjobq.prometheus")
 
-# Every outcome a worker reports (pgjobq._observe.Outcome), so that each reads 0 before it first happens.
+# Every outcome a worker reports (pgjobq._worker.observe.Outcome), so that each reads 0 before it
+# first happens.
 OUTCOMES: tuple[Outcome, ...] = ("done", "retried", "failed", "cancelled", "snoozed", "released", "lost")
 
 # Handlers and waits run from milliseconds to hours; a claim is one round trip.

@@ -219,7 +219,7 @@ SELECT name, queue, payload, cron, timezone, every, priority, max_attempts, head
 -- name: tick
 SELECT jobq.tick()
 
--- The command line's and the plain-SQL install's statements (pgjobq._cli, pgjobq._sql_install),
+-- The command line's and the plain-SQL install's statements (pgjobq._cli, pgjobq._install.plain),
 -- from here to the end.
 
 -- name: installed_version

@@ -19,7 +19,7 @@ from psycopg import sql
 from psycopg.pq import TransactionStatus
 
 import pgjobq
-from pgjobq import _client
+from pgjobq._client import sync as client
 
 from helpers.databases import login_role
 from helpers.sqlhelpers import Connect, Db, scalar
@@ -543,8 +543,8 @@ def test_watch_notifies_jobq_done_with_the_id_once_the_job_finishes(db: Db, conn
 def no_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     """wait re-reads the job only every 10 minutes: within a shorter timeout, only its notification
     can wake it."""
-    monkeypatch.setattr(_client, "POLL_FIRST", 600.0)
-    monkeypatch.setattr(_client, "POLL_MAX", 600.0)
+    monkeypatch.setattr(client, "POLL_FIRST", 600.0)
+    monkeypatch.setattr(client, "POLL_MAX", 600.0)
 
 
 @pytest.fixture

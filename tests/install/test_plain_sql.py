@@ -28,7 +28,7 @@ from install.test_installation import CATALOG, catalog
 from psycopg import sql
 
 import pgjobq
-from pgjobq import _sql_install
+from pgjobq._install import plain as _sql_install
 
 import pg_versions
 from helpers.databases import connect_as, unique_name

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 import pgjobq
 from pgjobq import Job, Retry, WorkerSettings
-from pgjobq._observe import WorkerObserver
+from pgjobq._worker.observe import WorkerObserver
 from pgjobq.prometheus import OUTCOMES, WorkerMetrics, start_worker_metrics
 
 from helpers.fixtures import RunWorker

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pgjobq import Job
-from pgjobq._in_hand import InHand
+from pgjobq._worker.in_hand import InHand
 
 
 def make_job(job_id: int, lease: int = 1) -> Job:

@@ -1,11 +1,11 @@
-"""The heartbeat schedule (pgjobq._leases), without a database."""
+"""The heartbeat schedule (pgjobq._worker.leases), without a database."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from pgjobq import Job, WorkerSettings
-from pgjobq._leases import Leases
+from pgjobq._worker.leases import Leases
 
 
 def make_job(job_id: int, lease_seconds: float | None = 60.0) -> Job:

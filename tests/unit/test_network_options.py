@@ -1,4 +1,4 @@
-"""The parameters a worker adds to its connections (pgjobq._connections.network_options), without a
+"""The parameters a worker adds to its connections (pgjobq._worker.connections.network_options), without a
 database: what makes a silent network noticed within network_timeout, and a multi-host conninfo pick the
 primary."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pgjobq import WorkerSettings
-from pgjobq._connections import network_options
+from pgjobq._worker.connections import network_options
 
 
 def test_the_default_ten_seconds_give_keepalives_a_user_timeout_and_a_connect_timeout() -> None:

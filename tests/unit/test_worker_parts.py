@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from pgjobq import InvalidArgument, Job, LeaseLost, Retry, Snooze
-from pgjobq._acks import CancelledUnstarted, drive, encode_result, is_coroutine_function, report
-from pgjobq._backoff import Backoff
-from pgjobq._listen import cancel_ids
-from pgjobq._proto import Call
+from pgjobq._client.proto import Call
+from pgjobq._worker.acks import CancelledUnstarted, drive, encode_result, is_coroutine_function, report
+from pgjobq._worker.backoff import Backoff
+from pgjobq._worker.listen import cancel_ids
 
 
 def test_a_cancel_notification_names_its_job_ids() -> None:

@@ -43,8 +43,8 @@ from psycopg import sql
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 
 import pgjobq
-from pgjobq import _extension as pgjobq_extension
-from pgjobq._extension import extension_version
+from pgjobq._install import check as pgjobq_extension
+from pgjobq._install.check import extension_version
 
 from throwaway_pg import ThrowawayPostgres
 

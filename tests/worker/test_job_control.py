@@ -20,7 +20,8 @@ import pytest
 from psycopg.types.json import Jsonb
 
 import pgjobq
-from pgjobq import Job, WorkerSettings, _client
+from pgjobq import Job, WorkerSettings
+from pgjobq._client import sync as client
 
 from helpers.fixtures import RunWorker
 from helpers.processes import wait_until
@@ -399,7 +400,7 @@ def test_a_hanging_handler_past_its_queues_timeout_is_no_longer_heartbeated_and_
     started, release = threading.Event(), threading.Event()
     # the ids of every heartbeat the worker sends (it runs on threads of this process)
     heartbeats: list[list[int]] = []
-    real_heartbeat_status = _client.heartbeat_status_unchecked
+    real_heartbeat_status = client.heartbeat_status_unchecked
 
     def recording(
         conn: Any, ids: list[int], leases: list[int], **options: Any
@@ -407,7 +408,7 @@ def test_a_hanging_handler_past_its_queues_timeout_is_no_longer_heartbeated_and_
         heartbeats.append(list(ids))
         return real_heartbeat_status(conn, ids, leases, **options)
 
-    monkeypatch.setattr(_client, "heartbeat_status_unchecked", recording)
+    monkeypatch.setattr(client, "heartbeat_status_unchecked", recording)
 
     def handler(job: Job) -> None:
         started.set()

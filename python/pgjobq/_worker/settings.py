@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any, TypeGuard
 
 from pgjobq._errors import ConfigurationError
-from pgjobq._observe import WorkerObserver
+from pgjobq._worker.observe import WorkerObserver
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "WorkerSettings", "default_worker_name"]
 
@@ -22,7 +22,7 @@ def default_worker_name() -> str:
 
 _DAY = 86400  # upper bound of every interval setting
 # The lease claim gives when neither the worker nor the queue names one.
-DEFAULT_LEASE_SECONDS = 60.0  # jobq.claim's own default (pgjobq._client.DEFAULT_LEASE_TIMEOUT)
+DEFAULT_LEASE_SECONDS = 60.0  # jobq.claim's own default (pgjobq._client.sync.DEFAULT_LEASE_TIMEOUT)
 
 
 def _is_int(value: object) -> TypeGuard[int]:
@@ -71,7 +71,7 @@ class WorkerSettings:
     a third of it, then ``keepalives_count`` 3 probes ``keepalives_interval``
     apart), ``tcp_user_timeout`` (sent data unacknowledged that long drops
     the connection) and ``connect_timeout``, both network_timeout (see
-    pgjobq._connections).  Nothing is lost when it fires: leases live on the
+    pgjobq._worker.connections).  Nothing is lost when it fires: leases live on the
     jobs, not on connections, so the worker carries on with the jobs in
     hand after reconnecting, and sends the acknowledgements it owes.
 

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 
 from pgjobq._job import Job
-from pgjobq._observe import Outcome, WorkerObserver
+from pgjobq._worker.observe import Outcome, WorkerObserver
 
 __all__ = ["Observers"]
 

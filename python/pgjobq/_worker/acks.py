@@ -4,7 +4,7 @@ Successes are batched (InHand.ack_due): one jobq.complete_many, or riding on
 the next claim (jobq.complete_and_claim); the database refuses the lease of
 a job reaped meanwhile (``lost``).  Every other outcome is reported on its
 own by :func:`report`, a generator that yields the statements to send
-(pgjobq._proto.Call) and is sent each one's value (or has its error thrown
+(pgjobq._client.proto.Call) and is sent each one's value (or has its error thrown
 in), then returns the Outcome: jobq.release for a job asked to stop before
 its handler started, and for a job whose lease the worker presumed lost
 (it could not reach the database to extend it) unless its handler snoozed:
@@ -23,10 +23,10 @@ from collections.abc import Callable, Generator, Iterable
 from datetime import datetime
 from typing import Any
 
-from pgjobq import _proto
+from pgjobq._client import proto
 from pgjobq._errors import InvalidArgument, JobNotFound, LeaseLost, Retry, Snooze, first_line
 from pgjobq._job import Job
-from pgjobq._observe import Outcome
+from pgjobq._worker.observe import Outcome
 
 __all__ = [
     "CancelledUnstarted",
@@ -41,7 +41,7 @@ __all__ = [
 
 logger = logging.getLogger("pgjobq.worker")
 
-Report = Generator["_proto.Call[Any]", Any, Outcome]
+Report = Generator["proto.Call[Any]", Any, Outcome]
 
 
 class CancelledUnstarted(Exception):
@@ -75,7 +75,7 @@ def encode_result(handler: object, result: object) -> str | None:
             f"handler {handler_name(handler)} returned {type(result).__name__}, an awaitable this Worker "
             "cannot await: the job did not run"
         )
-    return _proto.dump_json(result, f"the handler's result (a {type(result).__name__})")
+    return proto.dump_json(result, f"the handler's result (a {type(result).__name__})")
 
 
 def lost(job: Job, what: str) -> None:
@@ -115,7 +115,7 @@ def report(job: Job, error: BaseException) -> Report:
         # to extend the lease: the attempt is not the job's to count.  Handed back: queued again with the
         # attempt given back, or cancelled if jobq.cancel asked meanwhile; refused if reaped meanwhile.
         try:
-            yield _proto.release(job.id, job.lease)
+            yield proto.release(job.id, job.lease)
         except (LeaseLost, JobNotFound):
             lost(
                 job,
@@ -131,7 +131,7 @@ def report(job: Job, error: BaseException) -> Report:
         return "released"
     if isinstance(error, CancelledUnstarted):
         try:
-            yield _proto.release(job.id, job.lease)
+            yield proto.release(job.id, job.lease)
         except (LeaseLost, JobNotFound):
             lost(job, "not started")
             return "lost"
@@ -139,7 +139,7 @@ def report(job: Job, error: BaseException) -> Report:
         return "released"
     if isinstance(error, Snooze):
         try:
-            run_at = yield _proto.snooze(job.id, job.lease, error.delay)
+            run_at = yield proto.snooze(job.id, job.lease, error.delay)
         except (LeaseLost, JobNotFound):
             lost(job, "snooze discarded")
             return "lost"
@@ -159,7 +159,7 @@ def report(job: Job, error: BaseException) -> Report:
     failure = cause if cause is not None else error
     message = f"{type(failure).__name__}: {failure}"
     try:
-        status, run_at = yield _proto.fail(job.id, message, job.lease, retry_in)
+        status, run_at = yield proto.fail(job.id, message, job.lease, retry_in)
     except (LeaseLost, JobNotFound):
         lost(job, f"failure discarded ({message})")
         return "lost"
@@ -178,7 +178,7 @@ def report(job: Job, error: BaseException) -> Report:
     return "retried"
 
 
-def drive(steps: Report, run: Callable[[_proto.Call[Any]], Any]) -> Outcome:
+def drive(steps: Report, run: Callable[[proto.Call[Any]], Any]) -> Outcome:
     """Run a report's statements with run (a sync sender); its Outcome."""
     try:
         call = next(steps)

@@ -5,7 +5,7 @@ that connection's current transaction, so an application enqueues atomically
 with its own writes.  Database errors the extension raises on purpose come
 back as pgjobq exceptions.
 
-Each call is a short shell: pgjobq._proto checks its arguments and builds
+Each call is a short shell: pgjobq._client.proto checks its arguments and builds
 the statement to send and the decoder of its rows (shared with pgjobq.aio,
 the same calls on an AsyncConnection); this module sends it on conn.
 """
@@ -22,15 +22,15 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
-from pgjobq import _proto, _tracing
-from pgjobq._job import Job
-from pgjobq._proto import DEFAULT_LEASE_TIMEOUT as DEFAULT_LEASE_TIMEOUT
-from pgjobq._proto import DONE_CHANNEL as DONE_CHANNEL
-from pgjobq._proto import FINISHED as FINISHED
-from pgjobq._proto import POLL_FIRST as POLL_FIRST
-from pgjobq._proto import POLL_MAX as POLL_MAX
-from pgjobq._proto import QUEUE_SETTINGS as QUEUE_SETTINGS
-from pgjobq._proto import (
+from pgjobq import _tracing
+from pgjobq._client import proto
+from pgjobq._client.proto import DEFAULT_LEASE_TIMEOUT as DEFAULT_LEASE_TIMEOUT
+from pgjobq._client.proto import DONE_CHANNEL as DONE_CHANNEL
+from pgjobq._client.proto import FINISHED as FINISHED
+from pgjobq._client.proto import POLL_FIRST as POLL_FIRST
+from pgjobq._client.proto import POLL_MAX as POLL_MAX
+from pgjobq._client.proto import QUEUE_SETTINGS as QUEUE_SETTINGS
+from pgjobq._client.proto import (
     Cancellation,
     Health,
     JobState,
@@ -42,12 +42,13 @@ from pgjobq._proto import (
     translated,
     use_json_loaders,
 )
-from pgjobq._proto import KeyOrder as KeyOrder
-from pgjobq._proto import OnConflict as OnConflict
-from pgjobq._proto import OnParentFailure as OnParentFailure
-from pgjobq._proto import dump_json as dump_json
-from pgjobq._proto import dump_payload as dump_payload
-from pgjobq._proto import dump_payloads as dump_payloads
+from pgjobq._client.proto import KeyOrder as KeyOrder
+from pgjobq._client.proto import OnConflict as OnConflict
+from pgjobq._client.proto import OnParentFailure as OnParentFailure
+from pgjobq._client.proto import dump_json as dump_json
+from pgjobq._client.proto import dump_payload as dump_payload
+from pgjobq._client.proto import dump_payloads as dump_payloads
+from pgjobq._job import Job
 from pgjobq._queries import query
 
 __all__ = [
@@ -97,7 +98,7 @@ Conn = psycopg.Connection[Any]
 R = TypeVar("R")
 
 
-def _run(conn: Conn, call: _proto.Call[R], *, prepare: bool | None = None) -> R:
+def _run(conn: Conn, call: proto.Call[R], *, prepare: bool | None = None) -> R:
     """Send call on conn and decode its rows (whatever conn's row factory and JSON loaders).
 
     ``prepare=True`` prepares it at once (the Worker's hot statements) unless
@@ -126,12 +127,12 @@ def _fetch(
 
 def claim_unchecked(conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None) -> list[Job]:
     """claim, its parameters (queue, n, worker, lease_timeout) taken as they are."""
-    return _proto.jobs(_fetch(conn, "claim", params, prepare=prepare))
+    return proto.jobs(_fetch(conn, "claim", params, prepare=prepare))
 
 
 def claim_any_unchecked(conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None) -> list[Job]:
     """claim_any, its parameters (queues, n, worker, lease_timeout) taken as they are."""
-    return _proto.jobs(_fetch(conn, "claim_any", params, prepare=prepare))
+    return proto.jobs(_fetch(conn, "claim_any", params, prepare=prepare))
 
 
 def complete_and_claim_unchecked(
@@ -144,7 +145,7 @@ def complete_and_claim_unchecked(
     """
     if "results" not in params:
         params = {**params, "results": None}
-    return _proto.acknowledged_and_claimed(_fetch(conn, "complete_and_claim", params, prepare=prepare))
+    return proto.acknowledged_and_claimed(_fetch(conn, "complete_and_claim", params, prepare=prepare))
 
 
 def complete_many_unchecked(
@@ -176,7 +177,7 @@ def heartbeat_status_unchecked(
     lease was left unextended, expiring no later than the statement's own clock, compared in the
     database, never with this client's clock)."""
     rows = _fetch(conn, "heartbeat_status", {"ids": ids, "leases": leases}, prepare=prepare)
-    return _proto.heartbeat_statuses(rows)
+    return proto.heartbeat_statuses(rows)
 
 
 def wait_unchecked(
@@ -184,7 +185,7 @@ def wait_unchecked(
 ) -> tuple[bool, datetime | None, timedelta | None]:
     """wait, its parameters (queue, worker, up_to) taken as they are; also how far ahead next_run_at is,
     by the database's clock."""
-    return _proto.waited(_fetch(conn, "wait", params, prepare=prepare))
+    return proto.waited(_fetch(conn, "wait", params, prepare=prepare))
 
 
 def wait_any_unchecked(
@@ -192,7 +193,7 @@ def wait_any_unchecked(
 ) -> tuple[bool, datetime | None, timedelta | None]:
     """wait on each of several queues in one statement, its parameters (queues, worker, up_to) taken as
     they are: registered only if on every queue, and the earliest next_run_at among them."""
-    return _proto.waited(_fetch(conn, "wait_any", params, prepare=prepare))
+    return proto.waited(_fetch(conn, "wait_any", params, prepare=prepare))
 
 
 # -- the public calls ---------------------------------------------------------------
@@ -277,7 +278,7 @@ def enqueue(
     raise InvalidArgument before any SQL is sent; the values' domains are
     the database's to judge.
     """
-    params = _proto.enqueue_checked(
+    params = proto.enqueue_checked(
         queue,
         payload,
         unique_key=unique_key,
@@ -288,7 +289,7 @@ def enqueue(
     with _tracing.send(params["queue"], headers) as sending:
         job_id = _run(
             conn,
-            _proto.enqueue_call(
+            proto.enqueue_call(
                 params,
                 priority=priority,
                 run_at=run_at,
@@ -359,13 +360,13 @@ def enqueue_many(
     concurrency_keys, when given, is aligned with payloads too (None: that
     job has no concurrency key; see enqueue).
     """
-    params, count = _proto.enqueue_many_checked(
+    params, count = proto.enqueue_many_checked(
         queue, payloads, unique_keys=unique_keys, concurrency_keys=concurrency_keys
     )
     with _tracing.send(params["queue"], headers, count=count) as sending:
         ids = _run(
             conn,
-            _proto.enqueue_many_call(
+            proto.enqueue_many_call(
                 params,
                 priority=priority,
                 run_at=run_at,
@@ -394,7 +395,7 @@ def enqueue_flow(conn: Conn, queue: str, steps: Sequence[Mapping[str, Any]]) -> 
     JobNotFound for an unknown parent id) naming it as the database does,
     steps[i] counting from 0, and nothing is enqueued.
     """
-    return _run(conn, _proto.enqueue_flow(queue, steps))
+    return _run(conn, proto.enqueue_flow(queue, steps))
 
 
 def claim(
@@ -412,7 +413,7 @@ def claim(
     is reached; such a claim must run on an autocommit connection or in a
     READ COMMITTED transaction (IsolationLevelError otherwise).
     """
-    return _run(conn, _proto.claim(queue, n, worker, lease_timeout))
+    return _run(conn, proto.claim(queue, n, worker, lease_timeout))
 
 
 def claim_any(
@@ -425,7 +426,7 @@ def claim_any(
     lease_timeout None: each job's queue's setting, else 60 s.  Each Job
     says its queue.
     """
-    return _run(conn, _proto.claim_any(queues, n, worker, lease_timeout))
+    return _run(conn, proto.claim_any(queues, n, worker, lease_timeout))
 
 
 def complete(conn: Conn, job_id: int, lease: int, *, result: Any = None) -> None:
@@ -434,7 +435,7 @@ def complete(conn: Conn, job_id: int, lease: int, *, result: Any = None) -> None
     result, any JSON value (None: no result, so JSON null cannot be one), is
     stored with the job for job(), wait() and watch() to return.
     """
-    _run(conn, _proto.complete(job_id, lease, result))
+    _run(conn, proto.complete(job_id, lease, result))
 
 
 def complete_many(
@@ -447,7 +448,7 @@ def complete_many(
     complete takes it (None: none); the database refuses lists of different
     lengths.
     """
-    return _run(conn, _proto.complete_many(acks, results))
+    return _run(conn, proto.complete_many(acks, results))
 
 
 def complete_and_claim(
@@ -467,7 +468,7 @@ def complete_and_claim(
     given, is aligned with acks, as with complete_many.  If the claim's
     arguments are refused, nothing is acknowledged either.
     """
-    return _run(conn, _proto.complete_and_claim(acks, queue, n, worker, lease_timeout, results))
+    return _run(conn, proto.complete_and_claim(acks, queue, n, worker, lease_timeout, results))
 
 
 def fail(
@@ -479,7 +480,7 @@ def fail(
     given, this once), failed (out of attempts) or cancelled (cancel() had
     asked the job to stop: never retried).
     """
-    return _run(conn, _proto.fail(job_id, error, lease, retry_in))
+    return _run(conn, proto.fail(job_id, error, lease, retry_in))
 
 
 def snooze(conn: Conn, job_id: int, lease: int, delay: timedelta) -> datetime | None:
@@ -490,23 +491,23 @@ def snooze(conn: Conn, job_id: int, lease: int, delay: timedelta) -> datetime | 
     instead (never run again), as a failure would leave it.  Fenced like
     complete (LeaseLost, JobNotFound).
     """
-    return _run(conn, _proto.snooze(job_id, lease, delay))
+    return _run(conn, proto.snooze(job_id, lease, delay))
 
 
 def heartbeat(conn: Conn, job_id: int, lease: int) -> None:
     """Extend a running job's lease (never past its deadline); LeaseLost if it is no longer current,
     JobTimedOut once its deadline (the queue's timeout) has passed."""
-    _run(conn, _proto.heartbeat(job_id, lease))
+    _run(conn, proto.heartbeat(job_id, lease))
 
 
 def heartbeat_many(conn: Conn, held: Sequence[tuple[int, int]]) -> set[int]:
     """Extend many (id, lease) pairs in one statement; return the ids still held (the rest were lost)."""
-    return _run(conn, _proto.heartbeat_many(held))
+    return _run(conn, proto.heartbeat_many(held))
 
 
 def release(conn: Conn, job_id: int, lease: int) -> None:
     """Hand a claimed, unstarted job back to its queue without counting the attempt."""
-    _run(conn, _proto.release(job_id, lease))
+    _run(conn, proto.release(job_id, lease))
 
 
 def reap(conn: Conn, stale: timedelta | None = None) -> list[tuple[int, str, str]]:
@@ -516,12 +517,12 @@ def reap(conn: Conn, stale: timedelta | None = None) -> list[tuple[int, str, str
     with).  stale, when given, holds reaping back further: a job must also
     have been claimed or extended more than stale ago.
     """
-    return _run(conn, _proto.reap(stale))
+    return _run(conn, proto.reap(stale))
 
 
 def retry_failed(conn: Conn, queue: str | None = None, ids: Sequence[int] | None = None) -> list[int]:
     """Redrive failed jobs (of queue, among ids, when given) to queued; return their ids."""
-    return _run(conn, _proto.retry_failed(queue, ids))
+    return _run(conn, proto.retry_failed(queue, ids))
 
 
 def register_waiter(conn: Conn, queue: str, worker: str, up_to: timedelta) -> tuple[bool, datetime | None]:
@@ -537,27 +538,27 @@ def register_waiter(conn: Conn, queue: str, worker: str, up_to: timedelta) -> tu
     the registration counts from its commit.  (jobq.wait(queue, worker,
     up_to); pgjobq.wait waits for a job's result.)
     """
-    return _run(conn, _proto.register_waiter(queue, worker, up_to))
+    return _run(conn, proto.register_waiter(queue, worker, up_to))
 
 
 def channel(conn: Conn, queue: str) -> str:
     """The notification channel of queue."""
-    return _run(conn, _proto.channel(queue))
+    return _run(conn, proto.channel(queue))
 
 
 def stats(conn: Conn) -> list[QueueStats]:
     """Counts per queue and status, and the wait of the oldest runnable job."""
-    return _run(conn, _proto.stats())
+    return _run(conn, proto.stats())
 
 
 def purge(conn: Conn, older_than: timedelta, *, max_rows: int = 100_000, include_failed: bool = False) -> int:
     """Delete done jobs (and failed ones with include_failed) finished more than older_than ago."""
-    return _run(conn, _proto.purge(older_than, max_rows, include_failed))
+    return _run(conn, proto.purge(older_than, max_rows, include_failed))
 
 
 def health(conn: Conn) -> Health:
     """One snapshot of jobq.health."""
-    return _run(conn, _proto.health())
+    return _run(conn, proto.health())
 
 
 def cancel(conn: Conn, ids: Iterable[int], *, force: bool = False) -> list[Cancellation]:
@@ -567,17 +568,17 @@ def cancel(conn: Conn, ids: Iterable[int], *, force: bool = False) -> list[Cance
     refused from then on (LeaseLost); otherwise its worker is asked to stop
     and the job ends cancelled unless the worker completes it.
     """
-    return _run(conn, _proto.cancel(ids, force))
+    return _run(conn, proto.cancel(ids, force))
 
 
 def pause(conn: Conn, queue: str) -> None:
     """Stop claims from queue, from the commit on (until resume; it survives restarts)."""
-    _run(conn, _proto.pause(queue))
+    _run(conn, proto.pause(queue))
 
 
 def resume(conn: Conn, queue: str) -> None:
     """Let claims from queue run again, and wake its workers."""
-    _run(conn, _proto.resume(queue))
+    _run(conn, proto.resume(queue))
 
 
 def configure_queue(
@@ -614,7 +615,7 @@ def configure_queue(
     rate_limit is set alone).  Unsetting rate_limit clears rate_interval;
     unsetting rate_interval alone puts it back to 1 s.
     """
-    call = _proto.configure_queue(
+    call = proto.configure_queue(
         queue,
         max_attempts=max_attempts,
         backoff_base=backoff_base,
@@ -634,13 +635,13 @@ def configure_queue(
 
 def queues(conn: Conn) -> list[QueueSettings]:
     """Every configured queue and every queue with queued or running jobs, with its effective settings."""
-    return _run(conn, _proto.queues())
+    return _run(conn, proto.queues())
 
 
 def queue_overview(conn: Conn) -> list[QueueOverview]:
     """The queues of queues(), each with its settings, limits, and counts of queued, running and waiting
     jobs."""
-    return _run(conn, _proto.queue_overview())
+    return _run(conn, proto.queue_overview())
 
 
 def job(conn: Conn, job_id: int) -> JobState:
@@ -651,14 +652,14 @@ def job(conn: Conn, job_id: int) -> JobState:
     state and result; other roles get PermissionDenied.  Likewise for
     watch() and wait().
     """
-    return _run(conn, _proto.job_state("job", _proto.job_id_params(job_id)))
+    return _run(conn, proto.job_state("job", proto.job_id_params(job_id)))
 
 
 def watch(conn: Conn, job_id: int) -> JobState:
     """The job's current state, and one notification on channel "jobq.done" (payload: the id) when it
     ends done, failed or cancelled.  LISTEN "jobq.done" first, and commit the watch: its notification is
     sent from the commit that finishes the job.  wait() does all of this."""
-    return _run(conn, _proto.job_state("watch", _proto.job_id_params(job_id)))
+    return _run(conn, proto.job_state("watch", proto.job_id_params(job_id)))
 
 
 def wait(conn: Conn, job_id: int, timeout: timedelta) -> JobState | None:
@@ -682,7 +683,7 @@ def wait(conn: Conn, job_id: int, timeout: timedelta) -> JobState | None:
     JobNotFound when there is no such job; PermissionDenied for a role not
     given job() (see job()).
     """
-    params, seconds = _proto.wait_checked(job_id, timeout, conn.info.transaction_status)
+    params, seconds = proto.wait_checked(job_id, timeout, conn.info.transaction_status)
     deadline = time.monotonic() + seconds
     _execute(conn, "listen_done")
     try:
@@ -724,7 +725,7 @@ def schedule(
     Replacing a schedule cancels its occurrences still queued; the new one
     starts with its first occurrence after now.
     """
-    call = _proto.schedule(
+    call = proto.schedule(
         name,
         queue,
         payload,
@@ -742,18 +743,18 @@ def schedule(
 def unschedule(conn: Conn, name: str) -> bool:
     """Delete the schedule name and cancel its occurrences still queued (running ones finish); False when
     there was no such schedule."""
-    return _run(conn, _proto.unschedule(name))
+    return _run(conn, proto.unschedule(name))
 
 
 def schedules(conn: Conn) -> list[Schedule]:
     """Every schedule, by name."""
-    return _run(conn, _proto.schedules())
+    return _run(conn, proto.schedules())
 
 
 def tick(conn: Conn) -> int:
     """Enqueue the occurrences of every schedule due within the minute ahead (and those missed, as each
     schedule's catch_up says); return how many jobs it enqueued.  Ticks at once share the work."""
-    return _run(conn, _proto.tick())
+    return _run(conn, proto.tick())
 
 
 def _await_finish(conn: Conn, params: Mapping[str, Any], deadline: float) -> JobState | None:
@@ -781,9 +782,9 @@ def _notified(conn: Conn, payload: str, seconds: float) -> bool:
 
 def _own_transaction(conn: Conn, name: str, params: Mapping[str, Any]) -> JobState:
     if conn.autocommit:
-        return _run(conn, _proto.job_state(name, params))
+        return _run(conn, proto.job_state(name, params))
     with conn.transaction():
-        return _run(conn, _proto.job_state(name, params))
+        return _run(conn, proto.job_state(name, params))
 
 
 def _execute(conn: Conn, name: str) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pgjobq._job import Job
-from pgjobq._settings import DEFAULT_LEASE_SECONDS, WorkerSettings
+from pgjobq._worker.settings import DEFAULT_LEASE_SECONDS, WorkerSettings
 
 __all__ = ["Beat", "Leases"]
 

@@ -30,6 +30,7 @@ from psycopg.rows import tuple_row
 
 from pgjobq._errors import InvalidArgument
 from pgjobq._queries import query
+from pgjobq._version import PACKAGE_VERSION
 
 if TYPE_CHECKING:  # importlib.resources.abc is Python 3.11's; annotations are not evaluated at run time
     from importlib.resources.abc import Traversable
@@ -249,8 +250,6 @@ def _identifier(name: str) -> str:
 
 
 def _header(what: str, owner: str | None) -> list[str]:
-    from pgjobq._extension import PACKAGE_VERSION
-
     return [
         f"-- {what}",
         f"-- Made by pgjobq-py {PACKAGE_VERSION} from the extension's own scripts.  Run it with psql as the",

@@ -77,25 +77,25 @@ run on a pool of that many threads.  The loop:
   and carries on; acknowledgements pending meanwhile are sent afterwards
   (the database refuses any whose lease was reaped in between).  A network
   gone silent is noticed within ``network_timeout`` (TCP keepalives and
-  timeouts on its connections: pgjobq._connections); a server that turns
+  timeouts on its connections: pgjobq._worker.connections); a server that turns
   out read-only (a standby) counts as unavailable too, and a multi-host
   conninfo reconnects to whichever server is the primary now.  While it
   cannot reach the database, a job whose lease has run out by the worker's
   own clock gets its ``cancel_requested`` set: another worker may be
   running it already (a handler that then stops has its job handed back,
-  the attempt not counted: pgjobq._acks.report);
+  the attempt not counted: pgjobq._worker.acks.report);
 - refuses to start on a database whose pgjobq extension this package does
   not support (IncompatibleExtension), and refuses a coroutine function as
   handler (ConfigurationError): its jobs would be marked done without running
   (pgjobq.AsyncWorker runs those).
 
 The policy lives in modules both workers share, each one concern, with no
-I/O of its own: WorkerSettings (pgjobq._settings), the jobs in hand
-(pgjobq._in_hand), acknowledgements and failure reports (pgjobq._acks), the
-heartbeat schedule (pgjobq._leases), LISTEN and its probe (pgjobq._listen),
-reap and tick (pgjobq._upkeep), the reconnect backoff (pgjobq._backoff),
-signals (pgjobq._signals), the workers' connections (pgjobq._connections)
-and the observers (pgjobq._observing).  This module holds what is the sync
+I/O of its own: WorkerSettings (pgjobq._worker.settings), the jobs in hand
+(pgjobq._worker.in_hand), acknowledgements and failure reports (pgjobq._worker.acks), the
+heartbeat schedule (pgjobq._worker.leases), LISTEN and its probe (pgjobq._worker.listen),
+reap and tick (pgjobq._worker.upkeep), the reconnect backoff (pgjobq._worker.backoff),
+signals (pgjobq._worker.signals), the workers' connections (pgjobq._worker.connections)
+and the observers (pgjobq._worker.observing).  This module holds what is the sync
 Worker's own: the caller's thread doing the talking, handlers inline with
 the keeper thread, or on a pool of threads.
 """
@@ -117,8 +117,8 @@ from typing import Any
 
 import psycopg
 
-from pgjobq import _acks, _client, _connections, _signals, _tracing
-from pgjobq._backoff import Backoff
+from pgjobq import _tracing
+from pgjobq._client import sync as client
 from pgjobq._errors import (
     ConfigurationError,
     Error,
@@ -128,11 +128,14 @@ from pgjobq._errors import (
     PermissionDenied,
     first_line,
 )
-from pgjobq._extension import check_extension
-from pgjobq._in_hand import InHand
+from pgjobq._install.check import check_extension
 from pgjobq._job import Job
-from pgjobq._leases import Leases, report_lost
-from pgjobq._listen import (
+from pgjobq._queries import query
+from pgjobq._worker import acks, connections, signals
+from pgjobq._worker.backoff import Backoff
+from pgjobq._worker.in_hand import InHand
+from pgjobq._worker.leases import Leases, report_lost
+from pgjobq._worker.listen import (
     CANCEL_CHECK,
     PROBE_TIMEOUT,
     cancel_ids,
@@ -142,11 +145,10 @@ from pgjobq._listen import (
     warn_not_delivered,
     warn_wait_refused,
 )
-from pgjobq._observe import Outcome
-from pgjobq._observing import Observers, Timing
-from pgjobq._queries import query
-from pgjobq._settings import WorkerSettings
-from pgjobq._upkeep import Upkeep
+from pgjobq._worker.observe import Outcome
+from pgjobq._worker.observing import Observers, Timing
+from pgjobq._worker.settings import WorkerSettings
+from pgjobq._worker.upkeep import Upkeep
 
 __all__ = ["Handler", "Worker", "WorkerSettings"]
 
@@ -179,13 +181,13 @@ def _call(handler: Handler, job: Job, worker: str) -> str | None:
     count as done.  A result JSON cannot encode, or jsonb cannot store
     (NaN, U+0000, keys that are not strings: as ``pgjobq.complete`` refuses
     them), fails the job with InvalidArgument naming its type, rather than
-    completing it without its result (pgjobq._acks.encode_result).
+    completing it without its result (pgjobq._worker.acks.encode_result).
     """
     with _tracing.process(job, worker):
         result = handler(job)
     if result is None:  # most handlers: no ABC check, no encoding
         return None
-    return _acks.encode_result(handler, result)
+    return acks.encode_result(handler, result)
 
 
 class _GiveUp(BaseException):
@@ -206,9 +208,9 @@ class Worker:
     """
 
     def __init__(self, conninfo: str, handler: Handler, settings: WorkerSettings | None = None) -> None:
-        if _acks.is_coroutine_function(handler):
+        if acks.is_coroutine_function(handler):
             raise ConfigurationError(
-                f"handler {_acks.handler_name(handler)} is a coroutine function (async def): this Worker "
+                f"handler {acks.handler_name(handler)} is a coroutine function (async def): this Worker "
                 "calls its handler and would mark each job done without awaiting it; give it a plain "
                 "function (one that calls asyncio.run, for instance), or run it with pgjobq.AsyncWorker"
             )
@@ -324,11 +326,11 @@ class Worker:
                         self._observers.reconnected()
                 self._step()
                 backoff.reset()  # only a step that worked ends the backoff, not a connection alone
-            except _connections.UNAVAILABLE as exc:
+            except connections.UNAVAILABLE as exc:
                 self._disconnect()
                 self._reconnecting = self._started  # a reconnect once it had connected
                 pause = backoff.next()  # doubling up to reconnect_delay_max, with jitter
-                logger.warning("%s; retrying in %.1f s", _connections.unavailable(exc), pause)
+                logger.warning("%s; retrying in %.1f s", connections.unavailable(exc), pause)
                 self._presume_lost()
                 self._sleep(pause)
 
@@ -382,7 +384,7 @@ class Worker:
         if self._several:
             self._complete_many()
             began = time.perf_counter()
-            jobs = _client.claim_any_unchecked(conn, self._claim_params, prepare=True)
+            jobs = client.claim_any_unchecked(conn, self._claim_params, prepare=True)
             return self._claimed(jobs, began)
         successes, results = self._take_successes()
         began = time.perf_counter()
@@ -396,19 +398,19 @@ class Worker:
                     "results": results,
                 }
                 try:
-                    accepted, jobs = _client.complete_and_claim_unchecked(conn, params, prepare=True)
+                    accepted, jobs = client.complete_and_claim_unchecked(conn, params, prepare=True)
                 except InvalidArgument:
                     if results is None:
                         raise
                     settled = True
                     self._complete_singly(conn, successes, results)
                     began = time.perf_counter()
-                    jobs = _client.claim_unchecked(conn, self._claim_params, prepare=True)
+                    jobs = client.claim_unchecked(conn, self._claim_params, prepare=True)
                 else:
                     settled = True
                     self._acknowledged(successes, accepted)
             else:
-                jobs = _client.claim_unchecked(conn, self._claim_params, prepare=True)
+                jobs = client.claim_unchecked(conn, self._claim_params, prepare=True)
         except BaseException:
             if not settled:
                 self._restore_successes(successes, results)
@@ -452,7 +454,7 @@ class Worker:
         while self._hand.backlog and len(self._running) < self.settings.concurrency:
             job = self._hand.backlog.popleft()
             if job._cancel_is_set():
-                self._record(job, _acks.CancelledUnstarted(), None)
+                self._record(job, acks.CancelledUnstarted(), None)
                 continue
             if self._observing:
                 self._observers.started(job, self._timing.start(job, time.perf_counter()))
@@ -465,7 +467,7 @@ class Worker:
             with self._lock:
                 job = self._hand.backlog.popleft()
                 if job._cancel is not None and job._cancel.is_set():  # (inline: this runs for every job)
-                    self._record(job, _acks.CancelledUnstarted(), None)
+                    self._record(job, acks.CancelledUnstarted(), None)
                     continue
                 self._current = job
                 due = self._leases.next_due
@@ -545,9 +547,9 @@ class Worker:
         before = time.monotonic()
         try:
             if self._several:
-                registered, _, next_run_in = _client.wait_any_unchecked(conn, self._wait_params, prepare=True)
+                registered, _, next_run_in = client.wait_any_unchecked(conn, self._wait_params, prepare=True)
             else:
-                registered, _, next_run_in = _client.wait_unchecked(conn, self._wait_params, prepare=True)
+                registered, _, next_run_in = client.wait_unchecked(conn, self._wait_params, prepare=True)
         except PermissionDenied as exc:
             self._may_wait = False
             warn_wait_refused(first_line(exc), self.settings.poll_interval)
@@ -696,7 +698,7 @@ class Worker:
         if not successes:
             return
         try:
-            accepted = _client.complete_many_unchecked(
+            accepted = client.complete_many_unchecked(
                 conn,
                 [job.id for job in successes],
                 [job.lease for job in successes],
@@ -730,7 +732,7 @@ class Worker:
         try:
             for job, result in zip(successes, results, strict=True):
                 try:
-                    accepted |= _client.complete_many_unchecked(conn, [job.id], [job.lease], results=[result])
+                    accepted |= client.complete_many_unchecked(conn, [job.id], [job.lease], results=[result])
                 except InvalidArgument as refused:
                     with self._lock:
                         self._record(job, refused, None)
@@ -746,7 +748,7 @@ class Worker:
     def _acknowledged(self, successes: list[Job], accepted: set[int]) -> None:
         """Log the outcome of acknowledging successes: accepted, or refused as stale."""
         if len(accepted) < len(successes) or self._observing or logger.isEnabledFor(logging.INFO):
-            outcomes = _acks.acknowledged(successes, accepted)
+            outcomes = acks.acknowledged(successes, accepted)
         else:
             outcomes = []
         with self._lock:
@@ -774,10 +776,10 @@ class Worker:
                 self._observers.pending(pending)
 
     def _report_failure(self, job: Job, error: BaseException) -> Outcome:
-        """Report one outcome other than success (pgjobq._acks.report: release, snooze or fail)."""
+        """Report one outcome other than success (pgjobq._worker.acks.report: release, snooze or fail)."""
         conn = self._conn
         assert conn is not None
-        return _acks.drive(_acks.report(job, error), lambda call: _client._run(conn, call))
+        return acks.drive(acks.report(job, error), lambda call: client._run(conn, call))
 
     def _release_backlog(self) -> None:
         """Hand back the jobs claimed but not started: their attempt does not count."""
@@ -785,11 +787,11 @@ class Worker:
         while self._hand.backlog:
             job = self._hand.backlog[0]
             try:
-                _client.release(self._conn, job.id, job.lease)
+                client.release(self._conn, job.id, job.lease)
                 logger.info("job %d handed back unstarted", job.id)
                 outcome: Outcome = "released"
             except (LeaseLost, JobNotFound):
-                _acks.lost(job, "not handed back")
+                acks.lost(job, "not handed back")
                 outcome = "lost"
             if self._observing:
                 self._observers.finished(job, outcome, self._timing.settled(job))
@@ -828,7 +830,7 @@ class Worker:
             due = self._leases.due(self._unfinished(), now)
         if not due:
             return
-        rows = _client.heartbeat_status_unchecked(
+        rows = client.heartbeat_status_unchecked(
             conn, [job.id for job in due], [job.lease for job in due], prepare=True
         )
         with self._lock:
@@ -842,7 +844,7 @@ class Worker:
 
     def _presume_lost(self) -> None:
         """The database cannot be reached: ask the handlers of the jobs in hand whose lease has run out by
-        this worker's clock to stop (pgjobq._leases.Leases.presumed_lost).  Loop or keeper thread."""
+        this worker's clock to stop (pgjobq._worker.leases.Leases.presumed_lost).  Loop or keeper thread."""
         with self._lock:
             lost = self._leases.presumed_lost(self._unfinished(), time.monotonic())
         for job in lost:
@@ -929,7 +931,7 @@ class Worker:
         if not self._upkeep.may_reap:
             return
         try:
-            reaped = _client.reap(self._conn)
+            reaped = client.reap(self._conn)
         except PermissionDenied as exc:
             self._upkeep.reap_refused(exc)
             return
@@ -949,7 +951,7 @@ class Worker:
         if not self._upkeep.may_tick:
             return
         try:
-            enqueued = _client.tick(self._conn)
+            enqueued = client.tick(self._conn)
         except PermissionDenied as exc:
             self._upkeep.tick_refused(exc)
             return
@@ -976,7 +978,7 @@ class Worker:
             # Behind a transaction-pooling PgBouncer a LISTEN left on a shared
             # server connection can deliver notifications here; drop them
             # (psycopg would otherwise keep them for a notifies() never called).
-            self._conn.add_notify_handler(_connections.ignore_notify)
+            self._conn.add_notify_handler(connections.ignore_notify)
             self._leases.next_due = 0.0
         if (
             self.settings.listen
@@ -985,7 +987,7 @@ class Worker:
         ):
             with self._listen_lock:
                 self._listen_conn = self._open("listen")
-                channels = [_client.channel(self._listen_conn, queue) for queue in self.settings.queues]
+                channels = [client.channel(self._listen_conn, queue) for queue in self.settings.queues]
                 arrive = self._notifications_arrive()
                 if arrive:
                     # Wake-ups sent before this LISTEN are not missed: a claim follows every connect.
@@ -1026,10 +1028,10 @@ class Worker:
         conn = psycopg.connect(
             self.conninfo,
             autocommit=True,
-            application_name=_connections.app_name(role, self.settings),
-            **_connections.network_options(self.conninfo, self.settings),
+            application_name=connections.app_name(role, self.settings),
+            **connections.network_options(self.conninfo, self.settings),
         )
-        _connections.configure(conn, self.settings)
+        connections.configure(conn, self.settings)
         return conn
 
     def _disconnect(self) -> None:
@@ -1053,4 +1055,4 @@ class Worker:
             if self._stop_requests >= 2 and self._in_handler:
                 raise _GiveUp  # out of the handler running on this thread
 
-        return _signals.install(on_signal)
+        return signals.install(on_signal)

@@ -1,11 +1,11 @@
 """AsyncWorker: claims jobs and runs coroutine handlers on them, as tasks of one event loop.
 
-It does what :class:`pgjobq.Worker` does (see pgjobq._worker's docstring),
+It does what :class:`pgjobq.Worker` does (see pgjobq._worker.sync's docstring),
 with the same WorkerSettings and built on the same parts: the jobs in hand
-(pgjobq._in_hand), batched acknowledgements and failure reports
-(pgjobq._acks), the heartbeat schedule (pgjobq._leases), LISTEN and its
-probe (pgjobq._listen), reap and tick (pgjobq._upkeep), the reconnect
-backoff (pgjobq._backoff) and signals (pgjobq._signals).  What differs is
+(pgjobq._worker.in_hand), batched acknowledgements and failure reports
+(pgjobq._worker.acks), the heartbeat schedule (pgjobq._worker.leases), LISTEN and its
+probe (pgjobq._worker.listen), reap and tick (pgjobq._worker.upkeep), the reconnect
+backoff (pgjobq._worker.backoff) and signals (pgjobq._worker.signals).  What differs is
 how handlers run:
 
 - each job in hand runs as a task of the worker's event loop, at most
@@ -49,13 +49,16 @@ from typing import Any
 
 import psycopg
 
-from pgjobq import _acks, _connections, _proto, _signals, _tracing, aio
-from pgjobq._backoff import Backoff
+from pgjobq import _tracing, aio
+from pgjobq._client import proto
 from pgjobq._errors import Error, InvalidArgument, JobNotFound, LeaseLost, PermissionDenied, first_line
-from pgjobq._in_hand import InHand
 from pgjobq._job import Job
-from pgjobq._leases import Leases, report_lost
-from pgjobq._listen import (
+from pgjobq._queries import query
+from pgjobq._worker import acks, connections, signals
+from pgjobq._worker.backoff import Backoff
+from pgjobq._worker.in_hand import InHand
+from pgjobq._worker.leases import Leases, report_lost
+from pgjobq._worker.listen import (
     PROBE_TIMEOUT,
     cancel_ids,
     listen_statement,
@@ -64,15 +67,14 @@ from pgjobq._listen import (
     warn_not_delivered,
     warn_wait_refused,
 )
-from pgjobq._observe import Outcome
-from pgjobq._observing import Observers, Timing
-from pgjobq._queries import query
-from pgjobq._settings import WorkerSettings
-from pgjobq._upkeep import Upkeep
+from pgjobq._worker.observe import Outcome
+from pgjobq._worker.observing import Observers, Timing
+from pgjobq._worker.settings import WorkerSettings
+from pgjobq._worker.upkeep import Upkeep
 
 __all__ = ["AsyncHandler", "AsyncWorker", "is_coroutine_function"]
 
-is_coroutine_function = _acks.is_coroutine_function
+is_coroutine_function = acks.is_coroutine_function
 
 logger = logging.getLogger("pgjobq.worker")
 
@@ -81,7 +83,7 @@ AsyncHandler = Callable[[Job], Any]
 
 AsyncConn = psycopg.AsyncConnection[Any]
 
-# As in pgjobq._worker: listen this long before claiming again when jobq.wait could not register,
+# As in pgjobq._worker.sync: listen this long before claiming again when jobq.wait could not register,
 # and wake this long after the next job's run_at.
 REGISTER_RETRY = 0.015
 RUN_AT_MARGIN = 0.002
@@ -100,7 +102,7 @@ class AsyncWorker:
         self.conninfo = conninfo
         self.handler = handler
         self.settings = settings or WorkerSettings()
-        self._coroutine_handler = _acks.is_coroutine_function(handler)
+        self._coroutine_handler = acks.is_coroutine_function(handler)
         queues = self.settings.queues
         self._several = len(queues) > 1
         self._queue_names = ", ".join(queues)
@@ -168,7 +170,7 @@ class AsyncWorker:
         self._woken = asyncio.Event()
         if self._stop_requests:
             self._stopped.set()
-        restore = _signals.install_on_loop(self._loop, self._on_signal) if install_signal_handlers else None
+        restore = signals.install_on_loop(self._loop, self._on_signal) if install_signal_handlers else None
         if not self._coroutine_handler:
             self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="pgjobq-handler")
         try:
@@ -209,11 +211,11 @@ class AsyncWorker:
                         self._observers.reconnected()
                 await self._step()
                 backoff.reset()
-            except _connections.UNAVAILABLE as exc:
+            except connections.UNAVAILABLE as exc:
                 await self._disconnect()
                 self._reconnecting = self._started  # a reconnect once it had connected
                 pause = backoff.next()
-                logger.warning("%s; retrying in %.1f s", _connections.unavailable(exc), pause)
+                logger.warning("%s; retrying in %.1f s", connections.unavailable(exc), pause)
                 # the database cannot be reached: jobs whose lease ran out by our clock are to stop
                 for job in self._leases.presumed_lost(self._hand.unfinished(), time.monotonic()):
                     job._presume_lost()
@@ -252,9 +254,7 @@ class AsyncWorker:
         if self._several:
             await self._complete_many()
             began = time.perf_counter()
-            jobs = await aio._run(
-                conn, _proto.Call("claim_any", self._claim_params, _proto.jobs), prepare=True
-            )
+            jobs = await aio._run(conn, proto.Call("claim_any", self._claim_params, proto.jobs), prepare=True)
             return self._claimed(jobs, began)
         successes, results = self._hand.take_successes()
         settled = not successes
@@ -269,7 +269,7 @@ class AsyncWorker:
                 }
                 try:
                     accepted, jobs = await aio._run(
-                        conn, _proto.complete_and_claim_unchecked(params), prepare=True
+                        conn, proto.complete_and_claim_unchecked(params), prepare=True
                     )
                 except InvalidArgument:
                     if results is None:
@@ -290,7 +290,7 @@ class AsyncWorker:
         return self._claimed(jobs, began)
 
     async def _claim_only(self, conn: AsyncConn) -> list[Job]:
-        return await aio._run(conn, _proto.Call("claim", self._claim_params, _proto.jobs), prepare=True)
+        return await aio._run(conn, proto.Call("claim", self._claim_params, proto.jobs), prepare=True)
 
     def _claimed(self, jobs: list[Job], began: float) -> bool:
         if self._observing:
@@ -313,7 +313,7 @@ class AsyncWorker:
         while not self.stopping and self._hand.backlog and len(self._tasks) < self.settings.concurrency:
             job = self._hand.backlog.popleft()
             if job._cancel_is_set():
-                self._record(job, _acks.CancelledUnstarted(), None)
+                self._record(job, acks.CancelledUnstarted(), None)
                 continue
             self._hand.start(job)
             if self._observing:
@@ -333,7 +333,7 @@ class AsyncWorker:
                     result = await self._loop.run_in_executor(self._pool, context.run, self.handler, job)
                     if inspect.isawaitable(result):
                         result = await result
-            text = _acks.encode_result(self.handler, result)
+            text = acks.encode_result(self.handler, result)
         except asyncio.CancelledError:
             if self._stop_requests >= 2:
                 raise  # given up: the job stays in hand, abandoned
@@ -383,7 +383,7 @@ class AsyncWorker:
         await self._acknowledge(now=True)
         self._woken.clear()  # earlier wake-ups are stale: the claim after registering finds their jobs
         before = time.monotonic()
-        call = _proto.wait_any_unchecked if self._several else _proto.wait_unchecked
+        call = proto.wait_any_unchecked if self._several else proto.wait_unchecked
         try:
             registered, _, next_run_in = await aio._run(conn, call(self._wait_params), prepare=True)
         except PermissionDenied as exc:
@@ -458,7 +458,7 @@ class AsyncWorker:
         successes, results = self._hand.take_successes()
         if not successes:
             return
-        call = _proto.complete_many_unchecked(
+        call = proto.complete_many_unchecked(
             [job.id for job in successes], [job.lease for job in successes], results
         )
         try:
@@ -485,7 +485,7 @@ class AsyncWorker:
         try:
             for job, result in zip(successes, results, strict=True):
                 try:
-                    call = _proto.complete_many_unchecked([job.id], [job.lease], [result])
+                    call = proto.complete_many_unchecked([job.id], [job.lease], [result])
                     got: set[int] = await aio._run(conn, call)
                     accepted |= got
                 except InvalidArgument as refused:
@@ -500,7 +500,7 @@ class AsyncWorker:
             self._acknowledged(done, accepted)
 
     def _acknowledged(self, successes: list[Job], accepted: set[int]) -> None:
-        outcomes = _acks.acknowledged(successes, accepted)
+        outcomes = acks.acknowledged(successes, accepted)
         self.processed += len(successes)
         if self._observing:
             for job, outcome in outcomes:
@@ -512,7 +512,7 @@ class AsyncWorker:
         assert conn is not None
         while self._hand.failed:
             job, error = self._hand.failed[0]
-            outcome = await self._drive(conn, _acks.report(job, error))
+            outcome = await self._drive(conn, acks.report(job, error))
             self._hand.failed.pop(0)
             self.processed += 1
             if self._observing:
@@ -520,8 +520,8 @@ class AsyncWorker:
                 self._observers.pending(self._hand.pending)
 
     @staticmethod
-    async def _drive(conn: AsyncConn, steps: _acks.Report) -> Outcome:
-        """_acks.drive on the async connection."""
+    async def _drive(conn: AsyncConn, steps: acks.Report) -> Outcome:
+        """acks.drive on the async connection."""
         try:
             call = next(steps)
             while True:
@@ -542,11 +542,11 @@ class AsyncWorker:
             job = self._hand.backlog[0]
             outcome: Outcome
             try:
-                await aio._run(conn, _proto.release(job.id, job.lease))
+                await aio._run(conn, proto.release(job.id, job.lease))
                 logger.info("job %d handed back unstarted", job.id)
                 outcome = "released"
             except (LeaseLost, JobNotFound):
-                _acks.lost(job, "not handed back")
+                acks.lost(job, "not handed back")
                 outcome = "lost"
             self._hand.backlog.popleft()
             if self._observing:
@@ -556,7 +556,7 @@ class AsyncWorker:
 
     async def _heartbeat(self) -> None:
         """When a heartbeat is due, extend in one jobq.heartbeat_status the leases of the jobs in hand
-        whose handler has not returned (see pgjobq._leases)."""
+        whose handler has not returned (see pgjobq._worker.leases)."""
         conn = self._conn
         assert conn is not None
         now = time.monotonic()
@@ -565,7 +565,7 @@ class AsyncWorker:
         due = self._leases.due(self._hand.unfinished(), now)
         if not due:
             return
-        call = _proto.heartbeat_status_unchecked([job.id for job in due], [job.lease for job in due])
+        call = proto.heartbeat_status_unchecked([job.id for job in due], [job.lease for job in due])
         rows = await aio._run(conn, call, prepare=True)
         beat = self._leases.beat(rows, now)
         still = {job.id for job in self._hand.unfinished()}
@@ -604,10 +604,10 @@ class AsyncWorker:
         conn = await psycopg.AsyncConnection.connect(
             self.conninfo,
             autocommit=True,
-            application_name=_connections.app_name(role, self.settings),
-            **_connections.network_options(self.conninfo, self.settings),
+            application_name=connections.app_name(role, self.settings),
+            **connections.network_options(self.conninfo, self.settings),
         )
-        _connections.configure(conn, self.settings)
+        connections.configure(conn, self.settings)
         return conn
 
     async def _connect(self) -> None:
@@ -623,7 +623,7 @@ class AsyncWorker:
                     self._queue_names,
                     version,
                 )
-            self._conn.add_notify_handler(_connections.ignore_notify)
+            self._conn.add_notify_handler(connections.ignore_notify)
             self._leases.next_due = 0.0
         listening = (
             self._listen_conn is not None

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Any
 
 import psycopg
 
 from pgjobq._errors import IncompatibleExtension
-from pgjobq._sql_install import Installed, installed_version
+from pgjobq._install.plain import Installed, installed_version
+from pgjobq._version import PACKAGE_VERSION, SUPPORTED_EXTENSION_VERSIONS
 
 __all__ = ["PACKAGE_VERSION", "SUPPORTED_EXTENSION_VERSIONS", "check_extension", "extension_version"]
-
-# The extension versions whose SQL functions this package calls, as they are
-# in those versions.  A new extension version is added here once the client
-# has been tested against it.
-SUPPORTED_EXTENSION_VERSIONS: tuple[str, ...] = ("0.8.0",)
-
-try:
-    PACKAGE_VERSION = metadata.version("pgjobq-py")
-except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-    PACKAGE_VERSION = "0+unknown"
 
 
 def extension_version(conn: psycopg.Connection[Any]) -> str | None:

@@ -4,7 +4,7 @@ Each public call of the client is built here as a :class:`Call`: the name
 of its statement in queries.sql, its parameters (checked: a bad argument
 raises InvalidArgument here, before any SQL), the row factory to read its
 rows with, and a decoder that turns the rows into the call's value.  The
-sync client (pgjobq._client) and the asyncio one (pgjobq.aio) only send a
+sync client (pgjobq._client.sync) and the asyncio one (pgjobq.aio) only send a
 Call on their connection and decode what comes back, so the two cannot
 differ in what they check, send or return.
 

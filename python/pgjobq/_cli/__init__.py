@@ -29,12 +29,13 @@ import click
 import psycopg
 from psycopg.rows import dict_row
 
-from pgjobq import _client, _sql_install
-from pgjobq._async_worker import AsyncWorker, is_coroutine_function
+from pgjobq._client import sync as client
 from pgjobq._errors import Error, first_line, translate
-from pgjobq._extension import check_extension
+from pgjobq._install import plain
+from pgjobq._install.check import check_extension
 from pgjobq._queries import query
-from pgjobq._worker import Handler, Worker, WorkerSettings
+from pgjobq._worker.aio import AsyncWorker, is_coroutine_function
+from pgjobq._worker.sync import Handler, Worker, WorkerSettings
 
 __all__ = ["main"]
 
@@ -411,7 +412,7 @@ def enqueue(
     headers: str | None,
     concurrency_key: str | None,
     depends_on: tuple[int, ...],
-    on_parent_failure: _client.OnParentFailure,
+    on_parent_failure: client.OnParentFailure,
 ) -> None:
     """Enqueue one job with a JSON object as payload; print its id (nothing when skipped).
 
@@ -422,7 +423,7 @@ def enqueue(
     header_document = _json_object(headers, "--headers")
     run_at = datetime.now(timezone.utc) + timedelta(seconds=delay) if delay else None
     with _connection(dsn) as conn:
-        job_id = _client.enqueue(
+        job_id = client.enqueue(
             conn,
             queue,
             document,
@@ -470,7 +471,7 @@ def stats(dsn: str, as_json: bool, watch: bool, interval: float) -> None:
     """Jobs per queue and status, and the wait of the oldest runnable job."""  # fmt: skip
     with _connection(dsn) as conn:
         if not watch:
-            rows = _client.stats(conn)
+            rows = client.stats(conn)
             if as_json:
                 click.echo(json.dumps([_stats_dict(row) for row in rows], indent=2))
             else:
@@ -499,7 +500,7 @@ def _until_interrupted() -> Iterator[threading.Event]:
             signal.signal(number, handler)
 
 
-def _stats_cells(rows: list[_client.QueueStats]) -> list[tuple[str, ...]]:
+def _stats_cells(rows: list[client.QueueStats]) -> list[tuple[str, ...]]:
     return [
         (
             r.queue,
@@ -518,7 +519,7 @@ def _watch_stats(
     terminal = sys.stdout.isatty()
     if as_json or not terminal:
         while not stop.is_set():
-            rows = _client.stats(conn)
+            rows = client.stats(conn)
             if as_json:
                 click.echo(json.dumps([_stats_dict(row) for row in rows]))
             else:
@@ -531,7 +532,7 @@ def _watch_stats(
         from rich.table import Table
     except ImportError:  # the cli extra is not installed: redraw the plain table
         while not stop.is_set():
-            table = _table_text(STATS_HEADER, _stats_cells(_client.stats(conn)))
+            table = _table_text(STATS_HEADER, _stats_cells(client.stats(conn)))
             click.echo(f"\x1b[H\x1b[2J{title}\n\n{table}", nl=True)
             stop.wait(interval)
         return
@@ -540,7 +541,7 @@ def _watch_stats(
         table = Table(title=title, title_justify="left")
         for i, name in enumerate(STATS_HEADER):
             table.add_column(name, justify="left" if i == 0 else "right")
-        for cells in _stats_cells(_client.stats(conn)):
+        for cells in _stats_cells(client.stats(conn)):
             table.add_row(*cells)
         return table
 
@@ -566,7 +567,7 @@ def _age(age: timedelta | None) -> str:
     return "-" if age is None else f"{age.total_seconds():.1f}s"
 
 
-def _stats_dict(row: _client.QueueStats) -> dict[str, object]:
+def _stats_dict(row: client.QueueStats) -> dict[str, object]:
     age = row.oldest_queued_age
     return {
         "queue": row.queue, "queued": row.queued, "runnable": row.runnable, "running": row.running,
@@ -596,7 +597,7 @@ def _stats_dict(row: _client.QueueStats) -> dict[str, object]:
 def retry_failed(dsn: str, queue: str | None, ids: tuple[int, ...]) -> None:
     """Put failed jobs (the dead letters) back in their queue with attempts reset."""  # fmt: skip
     with _connection(dsn) as conn:
-        redriven = _client.retry_failed(conn, queue, list(ids) if ids else None)
+        redriven = client.retry_failed(conn, queue, list(ids) if ids else None)
     click.echo(f"{len(redriven)} job(s) back in the queue")
 
 
@@ -616,7 +617,7 @@ def reap(dsn: str, stale: float | None) -> None:
     if stale is not None and stale <= 0:
         raise click.BadParameter("must be positive", param_hint="--stale")
     with _connection(dsn) as conn:
-        reaped = _client.reap(conn, None if stale is None else timedelta(seconds=stale))
+        reaped = client.reap(conn, None if stale is None else timedelta(seconds=stale))
     click.echo(f"{len(reaped)} job(s) recovered")
 
 
@@ -650,7 +651,7 @@ def reap(dsn: str, stale: float | None) -> None:
 def purge(dsn: str, older_than: float, max_rows: int, include_failed: bool) -> None:
     """Delete finished jobs older than --older-than, so the hot table stays small."""  # fmt: skip
     with _connection(dsn) as conn:
-        deleted = _client.purge(
+        deleted = client.purge(
             conn, timedelta(seconds=older_than), max_rows=max_rows, include_failed=include_failed
         )
     click.echo(f"{deleted} job(s) deleted")
@@ -662,7 +663,7 @@ def purge(dsn: str, older_than: float, max_rows: int, include_failed: bool) -> N
 def health(dsn: str, as_json: bool) -> None:
     """Queue depth, dead tuples, last vacuum and the oldest open transaction (jobq.health)."""  # fmt: skip
     with _connection(dsn) as conn:
-        report = _client.health(conn)
+        report = client.health(conn)
     fields = {name: getattr(report, name) for name in report.__slots__}
     if as_json:
         click.echo(json.dumps(fields, indent=2, default=_json_value))
@@ -697,7 +698,7 @@ def _json_value(value: object) -> object:
 def cancel(ids: tuple[int, ...], dsn: str, force: bool) -> None:
     """Cancel jobs; print each one's status now (cancelled, cancel_requested, done or failed)."""  # fmt: skip
     with _connection(dsn) as conn:
-        outcomes = _client.cancel(conn, ids, force=force)
+        outcomes = client.cancel(conn, ids, force=force)
     for outcome in outcomes:
         click.echo(f"{outcome.id} {outcome.status}")
     unknown = sorted(set(ids) - {outcome.id for outcome in outcomes})
@@ -711,7 +712,7 @@ def cancel(ids: tuple[int, ...], dsn: str, force: bool) -> None:
 def pause(queue: str, dsn: str) -> None:
     """Stop workers claiming from QUEUE (until resume; running jobs go on)."""  # fmt: skip
     with _connection(dsn) as conn:
-        _client.pause(conn, queue)
+        client.pause(conn, queue)
     click.echo(f"queue {queue} paused")
 
 
@@ -721,7 +722,7 @@ def pause(queue: str, dsn: str) -> None:
 def resume(queue: str, dsn: str) -> None:
     """Let workers claim from QUEUE again, and wake them."""  # fmt: skip
     with _connection(dsn) as conn:
-        _client.resume(conn, queue)
+        client.resume(conn, queue)
     click.echo(f"queue {queue} resumed")
 
 
@@ -732,7 +733,7 @@ def resume(queue: str, dsn: str) -> None:
 def job(job_id: int, dsn: str, as_json: bool) -> None:
     """One job's state: status, attempts, result, last error, times."""  # fmt: skip
     with _connection(dsn) as conn:
-        state = _client.job(conn, job_id)
+        state = client.job(conn, job_id)
     _echo_fields(_fields(state), as_json)
 
 
@@ -757,9 +758,9 @@ def wait(job_id: int, dsn: str, timeout: timedelta) -> None:
     if timeout < timedelta(0):
         raise click.BadParameter("must not be negative", param_hint="--timeout")
     with _connection(dsn) as conn:
-        state = _client.wait(conn, job_id, timeout)
+        state = client.wait(conn, job_id, timeout)
         if state is None:
-            now = _client.job(conn, job_id)
+            now = client.job(conn, job_id)
             raise _StillRunning(f"job {job_id} is still {now.status} after {timeout.total_seconds():g}s")
     if state.status == "failed":
         raise click.ClickException(
@@ -868,7 +869,7 @@ def wait(job_id: int, dsn: str, timeout: timedelta) -> None:
     "--unset",
     envvar="PGJOBQ_QUEUE_UNSET",
     show_envvar=True,
-    type=click.Choice(_client.QUEUE_SETTINGS),
+    type=click.Choice(client.QUEUE_SETTINGS),
     multiple=True,
     help="Clear a setting back to its default (repeatable; the variable takes names separated by spaces).",
 )
@@ -884,14 +885,14 @@ def configure_queue(
     timeout: timedelta | None,
     concurrency: int | None,
     key_concurrency: int | None,
-    key_order: _client.KeyOrder | None,
+    key_order: client.KeyOrder | None,
     rate_limit: int | None,
     rate_interval: timedelta | None,
     unset: tuple[str, ...],
 ) -> None:
     """Change QUEUE's settings and limits (those not given stay as they are); print them all."""  # fmt: skip
     with _connection(dsn) as conn:
-        settings = _client.configure_queue(
+        settings = client.configure_queue(
             conn,
             queue,
             max_attempts=max_attempts,
@@ -917,7 +918,7 @@ def queues(dsn: str, as_json: bool) -> None:
     """Every configured queue and every queue with jobs in flight: its jobs queued, running and waiting
     (for parents), its settings and its limits."""  # fmt: skip
     with _connection(dsn) as conn:
-        rows = _client.queue_overview(conn)
+        rows = client.queue_overview(conn)
     if as_json:
         click.echo(json.dumps([_fields(row) for row in rows], indent=2, default=_json_value))
         return
@@ -962,7 +963,7 @@ def _rate(limit: int | None, interval: timedelta | None) -> str:
     return f"{limit}/{_duration(interval)}"
 
 
-def _fields(row: _client.JobState | _client.QueueSettings | _client.Schedule) -> dict[str, Any]:
+def _fields(row: client.JobState | client.QueueSettings | client.Schedule) -> dict[str, Any]:
     """The row's fields by name, in order (its class's fields, then a subclass's)."""
     return {field.name: getattr(row, field.name) for field in dataclasses.fields(row)}
 
@@ -1100,7 +1101,7 @@ def schedule(
     document = _json_object(payload, "--payload")
     header_document = _json_object(headers, "--headers")
     with _connection(dsn) as conn:
-        row = _client.schedule(
+        row = client.schedule(
             conn,
             name,
             queue,
@@ -1122,7 +1123,7 @@ def schedule(
 def unschedule(name: str, dsn: str) -> None:
     """Delete the schedule NAME and cancel its queued jobs; exit 1 when there is none."""  # fmt: skip
     with _connection(dsn) as conn:
-        removed = _client.unschedule(conn, name)
+        removed = client.unschedule(conn, name)
     if not removed:
         raise click.ClickException(f"no schedule named {name!r}")
     click.echo(f"schedule {name} removed")
@@ -1134,7 +1135,7 @@ def unschedule(name: str, dsn: str) -> None:
 def schedules(dsn: str, as_json: bool) -> None:
     """Every schedule: its queue, when it runs, and its next occurrence."""  # fmt: skip
     with _connection(dsn) as conn:
-        rows = _client.schedules(conn)
+        rows = client.schedules(conn)
     if as_json:
         click.echo(
             json.dumps([_fields(row) for row in rows], indent=2, default=_json_value, ensure_ascii=False)
@@ -1313,7 +1314,7 @@ def _owner_option(func: F) -> F:
 def sql_install(to_: str | None, owner: str | None) -> None:
     """A plain-SQL install of pgjobq in one transaction, recording its version for jobq.version()."""
     with _one_line_errors():
-        click.echo(_sql_install.install_script(to_, owner=owner), nl=False)
+        click.echo(plain.install_script(to_, owner=owner), nl=False)
 
 
 @sql_group.command("upgrade")
@@ -1335,11 +1336,11 @@ def sql_upgrade(dsn: str, from_: str | None, to_: str | None, owner: str | None)
     upgrades that one).
     """  # fmt: skip
     with _one_line_errors():
-        target = to_ or _sql_install.current_version()
+        target = to_ or plain.current_version()
         source = from_
         if source is None:
             with psycopg.connect(dsn, autocommit=True) as conn:
-                installed = _sql_install.installed_version(conn)
+                installed = plain.installed_version(conn)
             if installed is None:
                 raise click.ClickException(
                     "this database has no pgjobq: pgjobq sql install | psql installs it"
@@ -1353,7 +1354,7 @@ def sql_upgrade(dsn: str, from_: str | None, to_: str | None, owner: str | None)
         if source == target:
             click.echo(f"pgjobq is at {target} already: nothing to upgrade", err=True)
             return
-        click.echo(_sql_install.upgrade_script(source, target, owner=owner), nl=False)
+        click.echo(plain.upgrade_script(source, target, owner=owner), nl=False)
 
 
 @sql_group.command("pgtle")
@@ -1363,7 +1364,7 @@ def sql_pgtle() -> None:
     Run it as a member of pgtle_admin, in a database with pg_tle.
     """  # fmt: skip
     with _one_line_errors():
-        click.echo(_sql_install.pgtle_script(), nl=False)
+        click.echo(plain.pgtle_script(), nl=False)
 
 
 # -- shell completion ------------------------------------------------------------------

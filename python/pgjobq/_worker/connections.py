@@ -52,7 +52,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import set_json_loads
 
 from pgjobq._errors import first_line
-from pgjobq._settings import WorkerSettings
+from pgjobq._worker.settings import WorkerSettings
 
 __all__ = [
     "KEEPALIVE_PROBES",

@@ -1,0 +1,19 @@
+"""The version of this package, and the versions of the pgjobq extension it works with.
+
+A leaf: it imports nothing of pgjobq."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+__all__ = ["PACKAGE_VERSION", "SUPPORTED_EXTENSION_VERSIONS"]
+
+# The extension versions whose SQL functions this package calls, as they are
+# in those versions.  A new extension version is added here once the client
+# has been tested against it.
+SUPPORTED_EXTENSION_VERSIONS: tuple[str, ...] = ("0.8.0",)
+
+try:
+    PACKAGE_VERSION = metadata.version("pgjobq-py")
+except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    PACKAGE_VERSION = "0+unknown"

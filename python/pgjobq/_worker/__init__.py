@@ -1,0 +1,5 @@
+"""The workers: Worker (sync) and AsyncWorker (aio), and the policy both share
+(settings, in_hand, leases, acks, listen, upkeep, backoff, signals, connections, observe, observing).
+
+Layer: above _client, _install, _tracing and aio; below _cli and the package root.
+"""
