@@ -70,6 +70,7 @@ from pgjobq._client.sync import (
 )
 from pgjobq._errors import (
     ConfigurationError,
+    Discard,
     Error,
     IncompatibleExtension,
     InvalidArgument,
@@ -97,6 +98,7 @@ __all__ = [
     "AsyncWorker",
     "Cancellation",
     "ConfigurationError",
+    "Discard",
     "Error",
     "Health",
     "IncompatibleExtension",

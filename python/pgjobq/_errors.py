@@ -142,7 +142,7 @@ def first_line(exc: BaseException) -> str:
 
 # -- raised by handlers, to the Worker -------------------------------------------
 
-__all__ += ["Retry", "Snooze"]
+__all__ += ["Discard", "Retry", "Snooze"]
 
 # The database's bound on a snooze's delay and on retry_in: interval '10 years' (3,600 days to it).
 _LONGEST_DELAY = timedelta(days=3600)
@@ -178,6 +178,23 @@ class Snooze(Error):
     def __init__(self, delay: float | timedelta) -> None:
         self.delay = _delay("delay", delay)
         super().__init__(f"snoozed for {self.delay.total_seconds():g} s")
+
+
+class Discard(Error):
+    """Raise it in a handler or task to fail the job for good at once, whatever attempts it has left.
+
+    ``reason`` is recorded as the job's error (raised ``from`` another
+    exception, that one's first line follows it).  The worker calls
+    ``jobq.fail(..., retry => false)`` (extension 0.9.0): the job is failed,
+    as at its last attempt, and its dependents and watchers learn it.  A job
+    whose cancel was requested becomes cancelled instead, as with any failure.
+    """
+
+    def __init__(self, reason: str = "discarded") -> None:
+        if not isinstance(reason, str):
+            raise InvalidArgument(f"reason must be a string, got {type(reason).__name__}")
+        self.reason = reason
+        super().__init__(reason)
 
 
 class Retry(Error):
