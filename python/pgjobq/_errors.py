@@ -142,7 +142,7 @@ def first_line(exc: BaseException) -> str:
 
 # -- raised by handlers, to the Worker -------------------------------------------
 
-__all__ += ["Discard", "Retry", "Snooze"]
+__all__ += ["Discard", "Retry", "Snooze", "UnknownTask"]
 
 # The database's bound on a snooze's delay and on retry_in: interval '10 years' (3,600 days to it).
 _LONGEST_DELAY = timedelta(days=3600)
@@ -195,6 +195,22 @@ class Discard(Error):
             raise InvalidArgument(f"reason must be a string, got {type(reason).__name__}")
         self.reason = reason
         super().__init__(reason)
+
+
+class UnknownTask(Error):
+    """A job's task that this worker does not know (raised by the task dispatcher, handled by the worker).
+
+    The worker hands the job back to its queue for a worker that knows the
+    task, after ``retry_in`` seconds and without spending an attempt, and logs
+    a warning naming the task; once the job is older than ``grace`` seconds it
+    fails for good with this error instead.
+    """
+
+    def __init__(self, task: str | None, retry_in: float, grace: float) -> None:
+        self.task = task
+        self.retry_in = retry_in
+        self.grace = grace
+        super().__init__(f"unknown task {task!r}: no task of that name is registered with this worker")
 
 
 class Retry(Error):

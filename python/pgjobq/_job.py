@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Job"]
+__all__ = ["CURRENT_JOB", "Job", "log_fields"]
 
 # Guards the lazy creation of a job's cancel event: the handler's thread and
 # the worker's may both be first to ask for it.
@@ -52,6 +53,9 @@ class Job:
     job.wait_for_cancel(timeout)`` waits for the same request without
     blocking the event loop (True once it is set, False at the timeout).
 
+    ``task`` is the name of the job's task (``@tasks.task``, or
+    ``jobq.enqueue(..., task => ...)``), None for a plain job.
+
     ``_lease_seconds`` and ``_waited`` are the worker's bookkeeping, not
     part of the interface: the length of the lease as claimed, and how long
     the job had been runnable (since its run_at) when it was claimed, both
@@ -70,6 +74,8 @@ class Job:
     _waited: float | None = field(default=None, repr=False, compare=False)
     # last, so that a claimed row without headers (most) leaves it out and gets the default
     headers: dict[str, Any] = field(default_factory=dict)
+    # the job's task (jobq.jobs.task, extension 0.9.0): None for a plain job
+    task: str | None = None
     # Made on first use: most jobs are never asked for it, and an Event costs
     # as much to make as the rest of the job.
     _cancel: _CancelEvent | None = field(default=None, init=False, repr=False, compare=False)
@@ -118,6 +124,16 @@ class Job:
         event = self.cancel_requested
         assert isinstance(event, _CancelEvent)
         return await event.wait_async(timeout)
+
+
+# The job whose handler runs in this context (thread or asyncio task), set by the workers around each
+# handler call: what a log line written from inside a handler is about (pgjobq worker --log-format json).
+CURRENT_JOB: contextvars.ContextVar[Job | None] = contextvars.ContextVar("pgjobq_current_job", default=None)
+
+
+def log_fields(job: Job) -> dict[str, Any]:
+    """The fields a log line about job carries (``logger.warning(..., extra=log_fields(job))``)."""
+    return {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempts}
 
 
 class _CancelEvent(threading.Event):
