@@ -2,17 +2,19 @@
 #
 #   make build     build the install script of the current version from sql/src
 #   make install   install the extension into PostgreSQL (PG_CONFIG=... to choose)
-#   make test      install what is missing, lint, then run the whole test suite
+#   make check     the quick loop (< 2 min): lint, then the unit, SQL and install-script tests on the
+#                  machine's own PostgreSQL only
+#   make test      install what is missing, lint, then run the whole test suite (every major)
 #   make demo      a throwaway PostgreSQL, 1,000 jobs, 4 workers, a live view
 #   make chaos     the full chaos runs: chaos.py's (200,000 jobs, 8 workers, faults injected),
 #                  then chaos-limits'
 #   make chaos-limits  the flow-control chaos run: 50,000 jobs on limited queues and a 1-second
-#                  schedule, 8 workers, faults injected (tests/helpers/chaos_limits.py --full)
+#                  schedule, 8 workers, faults injected (tests/chaos/chaos_limits.py --full)
 #   make chaos-net  workers on three test hosts (network namespaces: needs root) while the network
 #                  fails: a host cut off, latency, packet loss, half-open connections
-#                  (tests/helpers/chaos_net.py --full)
+#                  (tests/chaos/chaos_net.py --full)
 #   make chaos-failover  a primary killed under load and its standby promoted, 40,000 jobs, 8
-#                  workers: synchronous, then asynchronous replication (tests/helpers/failover.py)
+#                  workers: synchronous, then asynchronous replication (tests/chaos/failover.py)
 #   make bench     every contender side by side, report and plots in bench/results (<= 15 min)
 #   make bench-quick  the same, smaller (< 2 min)
 #   make bench-instructions  server instructions per job on the hot paths, this version and the previous
@@ -44,9 +46,16 @@ ISOLATION_OPTS   = --inputdir=tests/isolation --outputdir=$(ISOLATION_OUTDIR)
 PG_CONFIG ?= $(firstword $(wildcard /usr/lib/postgresql/*/bin/pg_config) pg_config)
 PGXS      := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
+# make check is the project's quick loop (below).  PGXS has a check target of its own that only says it
+# is not supported, and a makefile defining both warns on every run: so PGXS is left out when check is
+# the one target asked for (it needs nothing of PGXS), and check cannot be combined with others.
 # On a fresh machine PGXS appears only after `make deps`; the project's
 # targets call $(MAKE) install again once it is there.
-ifneq ($(wildcard $(PGXS)),)
+ifeq ($(MAKECMDGOALS),check)
+QUICK_CHECK := yes
+else ifneq ($(filter check,$(MAKECMDGOALS)),)
+$(error make check runs on its own: make check, then make $(filter-out check,$(MAKECMDGOALS)))
+else ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 endif
 
@@ -55,53 +64,71 @@ VENV_PYTHON ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 
-.PHONY: build deps venv test demo lint fresh-check chaos chaos-limits chaos-net chaos-failover bench bench-quick bench-profile bench-instructions bench-scaling
+.PHONY: build deps venv check test demo lint fresh-check chaos chaos-limits chaos-net chaos-failover bench bench-quick bench-profile bench-instructions bench-scaling
 
 build: $(SCRIPT)
 
-$(SCRIPT): $(SOURCES) $(EXTENSION).control
-	@{ printf '/* %s: pgjobq %s, the job queue in schema jobq.\n * Built by make from sql/src/: edit those files, not this one. */\n' \
-	      '$@' '$(EXTVERSION)'; \
-	   for source in $(SOURCES); do printf '\n-- %s\n\n' "$$source"; cat "$$source"; done; } > $@.tmp
-	@mv $@.tmp $@
+# One builder of it, shared with the Python package's plain-SQL installs and the tests: build.py
+# (standard library only; run with the system's python3, as make install comes before any virtualenv).
+BUILDER    = python/pgjobq/_install/build.py
+
+$(SCRIPT): $(SOURCES) $(EXTENSION).control $(BUILDER)
+	@python3 $(BUILDER) --version '$(EXTVERSION)' --output $@ sql/src
 
 deps:
 	@tools/ensure-deps
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: python/pyproject.toml
+# The package (editable) with its extras, and the development tools (tools/pyproject.toml, editable:
+# pg_versions, throwaway_pg, throwaway_pgbouncer), which the tests, bench/ and demo/ import by name.
+$(VENV)/.installed: python/pyproject.toml tools/pyproject.toml
 	$(VENV_PYTHON) -m venv --clear $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e 'python[dev,bench]'
+	$(VENV)/bin/pip install --quiet -e 'python[dev,bench]' -e tools
 	touch $@
+
+# The tests never use an installed extension: every server they start gets the working tree's SQL,
+# built from sql/src when the session starts (tests/helpers/working_tree.py).
+
+# The quick loop, on the machine's own PostgreSQL only (--own-major): lint (mypy leaves bench/ and demo/
+# to make lint), then what is not marked slow of the workers' parts, the SQL API, the isolation specs,
+# and the install and upgrade scripts (the Python-version runs are slow: they stay in make test).
+CHECK_TESTS = tests/unit tests/sql tests/isolation tests/install
+
+ifdef QUICK_CHECK
+check: deps venv
+	$(VENV)/bin/ruff check python tests tools demo bench examples
+	$(VENV)/bin/ruff format --check python tests tools demo bench examples
+	$(VENV)/bin/mypy python/pgjobq tests tools examples
+	$(VENV)/bin/pytest -n 4 --dist loadgroup -q --own-major -m "not slow" $(CHECK_TESTS)
+endif
 
 # Four pytest-xdist workers: most tests wait on servers and worker processes,
 # so four keep two cores busy; the chaos run's tests stay together (loadgroup).
 test: deps venv lint
-	@$(MAKE) --no-print-directory install >/dev/null
 	$(VENV)/bin/pytest -n 4 --dist loadgroup
 
 demo: deps venv
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) demo/demo.py
 
+# The chaos harnesses (tests/chaos) import chaos and helpers from tests/, so they run as modules; like the
+# tests, their servers run the working tree's SQL.
+CHAOS := PYTHONPATH=tests $(PY) -m
+
 chaos: deps venv
-	@$(MAKE) --no-print-directory install >/dev/null
-	$(PY) tests/helpers/chaos.py --full
-	$(PY) tests/helpers/chaos_limits.py --full
+	$(CHAOS) chaos.chaos --full
+	$(CHAOS) chaos.chaos_limits --full
 
 chaos-limits: deps venv
-	@$(MAKE) --no-print-directory install >/dev/null
-	$(PY) tests/helpers/chaos_limits.py --full
+	$(CHAOS) chaos.chaos_limits --full
 
 chaos-net: deps venv
-	@$(MAKE) --no-print-directory install >/dev/null
-	$(PY) tests/helpers/chaos_net.py --full
+	$(CHAOS) chaos.chaos_net --full
 
 chaos-failover: deps venv
-	@$(MAKE) --no-print-directory install >/dev/null
-	$(PY) tests/helpers/failover.py --full --mode both
+	$(CHAOS) chaos.failover --full --mode both
 
 bench: venv
 	@tools/ensure-deps bench
@@ -133,6 +160,6 @@ fresh-check:
 	@tools/fresh-check
 
 lint: venv
-	$(VENV)/bin/ruff check python tests tools demo bench
-	$(VENV)/bin/ruff format --check python tests tools demo bench
+	$(VENV)/bin/ruff check python tests tools demo bench examples
+	$(VENV)/bin/ruff format --check python tests tools demo bench examples
 	$(VENV)/bin/mypy

@@ -25,7 +25,6 @@ import multiprocessing
 import os
 import queue
 import subprocess
-import sys
 import time
 import traceback
 from abc import ABC, abstractmethod
@@ -36,19 +35,15 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Event
-from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
+from throwaway_pg import ThrowawayPostgres
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent / "tools"))
-
-from contenders._util import describe  # noqa: E402
-from contenders.base import Contender, Target, WorkerHooks  # noqa: E402
-from throwaway_pg import ThrowawayPostgres  # noqa: E402
+from contenders._util import describe
+from contenders.base import Contender, Target, WorkerHooks
 
 if TYPE_CHECKING:
     from redis_server import ThrowawayRedis

@@ -39,10 +39,10 @@ import psycopg
 from psycopg import sql
 
 BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-sys.path[:0] = [str(ROOT / "tools"), str(BENCH)]
+sys.path.insert(0, str(BENCH))
 
 from throwaway_pg import ThrowawayPostgres  # noqa: E402
+
 from workloads import COMPARE_WITH_ENV, previous_version  # noqa: E402
 
 STATEMENTS = 200  # N; every run also does 2N

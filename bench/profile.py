@@ -51,10 +51,10 @@ from typing import Any
 import psycopg
 
 BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-for folder in (BENCH, ROOT / "tools"):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+from throwaway_pg import ThrowawayPostgres, find_bindir  # noqa: E402
 
 from contenders._pgbench import CLAIM_COMPLETE, ENQUEUE_ONE, ONE_TRIP, run_pgbench  # noqa: E402
 from contenders._util import explain_nested, insert_queued  # noqa: E402
@@ -62,7 +62,6 @@ from contenders.article import CLAIM_SQL, DDL, DONE_SQL  # noqa: E402
 from contenders.article import QUEUE as ARTICLE_QUEUE  # noqa: E402
 from contenders.pgjobq_sql import ENQUEUE_MANY_SQL, QUEUE  # noqa: E402
 from report import table  # noqa: E402
-from throwaway_pg import ThrowawayPostgres, find_bindir  # noqa: E402
 
 REPEATS = 3
 SECONDS = 3  # per claim run (pgbench -T)

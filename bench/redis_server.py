@@ -21,7 +21,6 @@ from pathlib import Path
 from types import TracebackType
 
 import redis
-
 from throwaway_pg import free_port, server_user
 
 __all__ = ["ThrowawayRedis", "find_redis_server"]

@@ -13,7 +13,9 @@ unprivileged account; ``private_copy(major, dest, files)`` makes a copy of it
 in ``dest`` made of hard links (cheap, and no run sees another's extension
 files), puts the given extension files in its extension folder and returns
 its ``bin`` folder, for ``ThrowawayPostgres(bindir=...)``.  Such a copy has
-no ``psql``, ``pg_dump`` or ``pg_config``: only a server.
+no ``psql``, ``pg_dump`` or ``pg_config``: only a server.  ``installed_copy(dest,
+files)`` does the same for a PostgreSQL installed on this machine (Debian's
+``/usr/lib/postgresql/N``), programs and all.
 
 Command line, to fill the cache ahead of a run::
 
@@ -32,11 +34,14 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import tarfile
 import tempfile
 import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from throwaway_pg import find_bindir
 
 __all__ = [
     "CANNOT_LINK",
@@ -46,6 +51,7 @@ __all__ = [
     "Unavailable",
     "cache_dir",
     "fetch",
+    "installed_copy",
     "link_or_copy",
     "private_copy",
 ]
@@ -275,6 +281,49 @@ def private_copy(major: int, dest: Path, extension_files: Iterable[Path]) -> Pat
         (extension_dir / path.name).chmod(0o644)
     dest.chmod(0o755)
     return dest / "bin"
+
+
+def installed_copy(dest: Path, extension_files: Iterable[Path], bindir: Path | None = None) -> Path:
+    """A copy of an installed PostgreSQL in dest, with extension_files in place of its pgjobq files; its
+    bin folder in the copy.
+
+    bindir names the installed server's programs (default: throwaway_pg.find_bindir()'s).  The server
+    finds its share and lib folders relative to its own program (Debian's /usr/lib/postgresql/N/bin,
+    /usr/share/postgresql/N, /usr/lib/postgresql/N/lib), so the copy keeps their layout under dest; its
+    pg_config says where they are.  Made of hard links where it can be (link_or_copy); the pgjobq files
+    are left out, and extension_files written fresh.  Raises Unavailable when there is no pg_config
+    beside the server's programs.
+    """
+    if bindir is None:
+        bindir = find_bindir()
+    pg_config = bindir / "pg_config"
+    if not pg_config.exists():
+        raise Unavailable(
+            f"no pg_config beside {bindir / 'postgres'}: cannot tell where its share folder is "
+            "(Debian: postgresql-client-N has it)"
+        )
+    share, lib = subprocess.run(
+        [str(pg_config), "--sharedir", "--pkglibdir"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    root = Path(os.path.commonpath([bindir, share, lib]))
+    if dest.exists():
+        shutil.rmtree(dest)
+    for folder in (bindir, Path(share), Path(lib)):
+        shutil.copytree(
+            folder,
+            dest / folder.relative_to(root),
+            symlinks=True,
+            copy_function=link_or_copy,
+            ignore=lambda directory, names: [name for name in names if name.startswith("pgjobq")],
+        )
+    extension_dir = dest / Path(share).relative_to(root) / "extension"
+    for path in extension_files:
+        shutil.copyfile(path, extension_dir / path.name)
+        (extension_dir / path.name).chmod(0o644)
+    for path in [dest, *dest.rglob("*")]:  # the server's account walks these folders
+        if path.is_dir() and not path.is_symlink():
+            path.chmod(0o755)
+    return dest / bindir.relative_to(root)
 
 
 def main() -> None:

@@ -13,6 +13,18 @@ connection outside a transaction::
     with psycopg.connect(dsn, autocommit=True) as conn:
         state = pgjobq.wait(conn, job_id, timedelta(seconds=30))  # a JobState; None at the timeout
 
+Name job types as tasks, enqueued with checked keyword arguments::
+
+    tasks = pgjobq.Tasks(queue="emails")
+
+    @tasks.task(max_attempts=5)
+    def send_welcome(user_id: int) -> None: ...
+
+    send_welcome.enqueue(conn, user_id=7)
+
+and run them with ``pgjobq worker --tasks myapp.tasks`` (:class:`Tasks`;
+:mod:`pgjobq.testing` runs them in an application's own tests).
+
 Run handlers with :class:`Worker` (coroutine handlers with :class:`AsyncWorker`;
 the same calls on an asyncio connection are in :mod:`pgjobq.aio`) or the
 ``pgjobq worker`` command.  This
@@ -87,6 +99,7 @@ from pgjobq._errors import (
 from pgjobq._install.check import check_extension
 from pgjobq._job import Job
 from pgjobq._router import JobAddress, QueueRouter
+from pgjobq._tasks import Task, Tasks
 from pgjobq._version import PACKAGE_VERSION, SUPPORTED_EXTENSION_VERSIONS
 from pgjobq._worker.aio import AsyncWorker
 from pgjobq._worker.observe import Outcome, WorkerObserver
@@ -120,6 +133,8 @@ __all__ = [
     "Retry",
     "Schedule",
     "Snooze",
+    "Task",
+    "Tasks",
     "UniqueKeyInUse",
     "Worker",
     "WorkerObserver",

@@ -9,9 +9,12 @@ from importlib import metadata
 __all__ = ["PACKAGE_VERSION", "SUPPORTED_EXTENSION_VERSIONS"]
 
 # The extension versions whose SQL functions this package calls, as they are
-# in those versions.  A new extension version is added here once the client
-# has been tested against it.
-SUPPORTED_EXTENSION_VERSIONS: tuple[str, ...] = ("0.8.0",)
+# in those versions, oldest first.  A release supports the extension version it
+# was made for and the one before it, so that workers keep working while the
+# database is upgraded (the workers pick their statements by the version they
+# find when they connect: pgjobq._worker.steps.FEATURES).  A new extension
+# version is added here once the client has been tested against it.
+SUPPORTED_EXTENSION_VERSIONS: tuple[str, ...] = ("0.8.0", "0.9.0")
 
 try:
     PACKAGE_VERSION = metadata.version("pgjobq-py")

@@ -92,13 +92,18 @@ AsyncConn = psycopg.AsyncConnection[Any]
 R = TypeVar("R")
 
 
-async def _run(conn: AsyncConn, call: proto.Call[R], *, prepare: bool | None = None) -> R:
-    """Send call on conn and decode its rows (whatever conn's row factory and JSON loaders)."""
+async def _run(conn: AsyncConn, call: proto.Call[R]) -> R:
+    """Send call on conn and decode its rows (whatever conn's row factory and JSON loaders).
+
+    The one way a statement of queries.sql reaches an async connection: the
+    client's calls and the AsyncWorker's (pgjobq._worker.steps) alike; as
+    pgjobq._client.sync._run, call.prepare included.
+    """
     with translated():
         async with conn.cursor(row_factory=call.row) as cur:
             if call.json and json_loaders_needed(conn.adapters):
                 use_json_loaders(cur.adapters)
-            await cur.execute(query(call.name), call.params, prepare=prepare)
+            await cur.execute(query(call.name), call.params, prepare=call.prepare)
             rows = await cur.fetchall()
     return call.decode(rows)
 
@@ -119,6 +124,7 @@ async def enqueue(
     concurrency_key: str | None = ...,
     depends_on: Sequence[int] | None = ...,
     on_parent_failure: OnParentFailure = ...,
+    task: str | None = ...,
 ) -> int: ...
 @overload
 async def enqueue(
@@ -136,6 +142,7 @@ async def enqueue(
     concurrency_key: str | None = ...,
     depends_on: Sequence[int] | None = ...,
     on_parent_failure: OnParentFailure = ...,
+    task: str | None = ...,
 ) -> int | None: ...
 async def enqueue(
     conn: AsyncConn,
@@ -152,6 +159,7 @@ async def enqueue(
     concurrency_key: str | None = None,
     depends_on: Sequence[int] | None = None,
     on_parent_failure: OnParentFailure = "cancel",
+    task: str | None = None,
 ) -> int | None:
     """As :func:`pgjobq.enqueue`, on an AsyncConnection."""
     params = proto.enqueue_checked(
@@ -161,8 +169,9 @@ async def enqueue(
         concurrency_key=concurrency_key,
         depends_on=depends_on,
         on_parent_failure=on_parent_failure,
+        task=task,
     )
-    with _tracing.send(params["queue"], headers) as sending:
+    with _tracing.send(params["queue"], headers) as sending, proto.tasks_needed(task is not None):
         job_id = await _run(
             conn,
             proto.enqueue_call(
@@ -194,6 +203,7 @@ async def enqueue_many(
     on_conflict: Literal["return", "raise", "replace"] = ...,
     headers: Mapping[str, Any] | None = ...,
     concurrency_keys: Sequence[str | None] | None = ...,
+    task: str | None = ...,
 ) -> list[int]: ...
 @overload
 async def enqueue_many(
@@ -209,6 +219,7 @@ async def enqueue_many(
     on_conflict: str = ...,
     headers: Mapping[str, Any] | None = ...,
     concurrency_keys: Sequence[str | None] | None = ...,
+    task: str | None = ...,
 ) -> list[int | None]: ...
 async def enqueue_many(
     conn: AsyncConn,
@@ -223,12 +234,16 @@ async def enqueue_many(
     on_conflict: str = "return",
     headers: Mapping[str, Any] | None = None,
     concurrency_keys: Sequence[str | None] | None = None,
+    task: str | None = None,
 ) -> list[int | None] | list[int]:
     """As :func:`pgjobq.enqueue_many`, on an AsyncConnection."""
     params, count = proto.enqueue_many_checked(
-        queue, payloads, unique_keys=unique_keys, concurrency_keys=concurrency_keys
+        queue, payloads, unique_keys=unique_keys, concurrency_keys=concurrency_keys, task=task
     )
-    with _tracing.send(params["queue"], headers, count=count) as sending:
+    with (
+        _tracing.send(params["queue"], headers, count=count) as sending,
+        proto.tasks_needed(task is not None),
+    ):
         ids = await _run(
             conn,
             proto.enqueue_many_call(
@@ -247,7 +262,8 @@ async def enqueue_many(
 
 async def enqueue_flow(conn: AsyncConn, queue: str, steps: Sequence[Mapping[str, Any]]) -> list[int]:
     """As :func:`pgjobq.enqueue_flow`, on an AsyncConnection."""
-    return await _run(conn, proto.enqueue_flow(queue, steps))
+    with proto.tasks_needed(proto.flow_has_tasks(steps)):
+        return await _run(conn, proto.enqueue_flow(queue, steps))
 
 
 async def claim(
@@ -291,10 +307,18 @@ async def complete_and_claim(
 
 
 async def fail(
-    conn: AsyncConn, job_id: int, error: str, lease: int, *, retry_in: timedelta | None = None
+    conn: AsyncConn,
+    job_id: int,
+    error: str,
+    lease: int,
+    *,
+    retry_in: timedelta | None = None,
+    retry: bool = True,
 ) -> tuple[str, datetime]:
     """As :func:`pgjobq.fail`, on an AsyncConnection."""
-    return await _run(conn, proto.fail(job_id, error, lease, retry_in))
+    call = proto.fail(job_id, error, lease, retry_in, retry)
+    with proto.fail_for_good_needed(retry):
+        return await _run(conn, call)
 
 
 async def snooze(conn: AsyncConn, job_id: int, lease: int, delay: timedelta) -> datetime | None:
@@ -458,6 +482,7 @@ async def schedule(
     max_attempts: int | None = None,
     headers: Mapping[str, Any] | None = None,
     catch_up: str = "latest",
+    task: str | None = None,
 ) -> Schedule:
     """As :func:`pgjobq.schedule`, on an AsyncConnection."""
     call = proto.schedule(
@@ -471,8 +496,10 @@ async def schedule(
         max_attempts=max_attempts,
         headers=headers,
         catch_up=catch_up,
+        task=task,
     )
-    return await _run(conn, call)
+    with proto.tasks_needed(task is not None):
+        return await _run(conn, call)
 
 
 async def unschedule(conn: AsyncConn, name: str) -> bool:

@@ -3,9 +3,9 @@
 Two sources, exported apart because they are counted apart:
 
 - :class:`WorkerMetrics`, a :class:`~pgjobq.WorkerObserver` that counts
-  what one worker process does (``pgjobq_worker_*``: jobs finished by queue
-  and outcome, handler durations, waits, claim round trips, pending
-  acknowledgements, reconnects).  Give it to the worker
+  what one worker process does (``pgjobq_worker_*``: jobs claimed and
+  finished, handler durations and waits, by queue and task; claim round
+  trips, pending acknowledgements, reconnects).  Give it to the worker
   (``WorkerSettings(observers=[metrics])``); one instance may serve several
   workers of a process.
 - :class:`QueueStateCollector`, a custom collector that reads
@@ -30,6 +30,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -64,21 +65,39 @@ OUTCOMES: tuple[Outcome, ...] = ("done", "retried", "failed", "cancelled", "snoo
 DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 CLAIM_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
+# The task label of a plain job (Prometheus reads an empty label value as no label), and of the jobs of
+# the tasks past WorkerMetrics' max_tasks: no task name can be either (jobq._check_task:
+# ^[A-Za-z_][A-Za-z0-9_.:-]*$).
+NO_TASK = ""
+OTHER_TASKS = "(other)"
+
+
+@dataclass(slots=True)
+class _Series:
+    """The labelled children of one queue and task, found with one lookup on the hot path."""
+
+    queue: str
+    task: str  # the label: the task's name, NO_TASK or OTHER_TASKS
+    finished: dict[Outcome, Counter]  # by outcome, every one of OUTCOMES made at 0
+    claimed: Counter
+    handler: dict[Outcome, Histogram] = field(default_factory=dict)  # by outcome, made when first observed
+    wait: Histogram | None = None  # made when first observed
+
 
 class WorkerMetrics(WorkerObserver):
     """A worker's counters, histograms and gauges, kept in ``registry`` (default: a new one of its own).
 
-    ========================================================  =========  ================================
-    metric                                                    type       from
-    ========================================================  =========  ================================
-    ``pgjobq_worker_jobs_finished_total{queue,outcome}``      counter    how the database settled a job
-    ``pgjobq_worker_handler_duration_seconds{queue,outcome}`` histogram  the handler's run time
-    ``pgjobq_worker_wait_seconds{queue}``                     histogram  run_at (enqueue) to handler start
-    ``pgjobq_worker_claimed_jobs_total{queue}``               counter    jobs claimed
-    ``pgjobq_worker_claim_duration_seconds{queue}``           histogram  a claim's round trip
-    ``pgjobq_worker_acknowledgements_pending``                gauge      results not yet sent
-    ``pgjobq_worker_reconnects_total``                        counter    reconnections
-    ========================================================  =========  ================================
+    =============================================================  =========  ================================
+    metric                                                         type       from
+    =============================================================  =========  ================================
+    ``pgjobq_worker_jobs_finished_total{queue,task,outcome}``      counter    how the database settled a job
+    ``pgjobq_worker_handler_duration_seconds{queue,task,outcome}`` histogram  the handler's run time
+    ``pgjobq_worker_wait_seconds{queue,task}``                     histogram  run_at to the handler's start
+    ``pgjobq_worker_claimed_jobs_total{queue,task}``               counter    jobs claimed
+    ``pgjobq_worker_claim_duration_seconds{queue}``                histogram  a claim's round trip
+    ``pgjobq_worker_acknowledgements_pending``                     gauge      results not yet sent
+    ``pgjobq_worker_reconnects_total``                             counter    reconnections
+    =============================================================  =========  ================================
 
     One instance may serve several workers of a process: the counts add up,
     and the pending gauge sums each worker's last count (told apart by the
@@ -86,39 +105,54 @@ class WorkerMetrics(WorkerObserver):
     share one count: give each its own WorkerMetrics and registry).
 
     outcome is one of done, retried, failed, cancelled, snoozed, released,
-    lost (see :data:`pgjobq.Outcome`).  Every claim counts in the claim
-    histogram, those that found nothing too, and its round trip includes
-    the acknowledgements that travel with it (``jobq.complete_and_claim``);
-    a claim over several queues at once is labelled with their names joined
-    by commas.  No label ever holds a job id.
+    lost (see :data:`pgjobq.Outcome`).  task is the job's task
+    (:attr:`pgjobq.Job.task`), or ``""`` for a plain job (Prometheus reads
+    an empty label value as no label: ``{task=""}`` selects the plain jobs).
+    Every claim counts in the claim histogram, those that found nothing too,
+    and its round trip includes the acknowledgements that travel with it
+    (``jobq.complete_and_claim``); a claim over several queues at once is
+    labelled with their names joined by commas.  No label ever holds a job
+    id.
+
+    Each label value makes series of its own, so task names are meant to be
+    a small set that developers choose.  A producer that writes unbounded
+    names (an id in the name, say) would swamp Prometheus: only the first
+    ``max_tasks`` (default 100) task names this instance sees get series of
+    their own; the jobs of any other count under ``task="(other)"``, and a
+    warning says so once.  The series of a plain job's queue are made at 0
+    by the first claim over that queue, those of a task by the claim of its
+    first job, so that ``rate()`` and ``increase()`` see every change.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *, max_tasks: int = 100) -> None:
+        if isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 0:
+            raise ConfigurationError(f"max_tasks must be an integer >= 0, got {max_tasks!r}")
         self.registry = CollectorRegistry() if registry is None else registry
         self._finished = Counter(
             "pgjobq_worker_jobs_finished",
-            "Jobs settled by this process's workers, by queue and outcome.",
-            ["queue", "outcome"],
+            "Jobs settled by this process's workers, by queue, task and outcome.",
+            ["queue", "task", "outcome"],
             registry=self.registry,
         )
         self._handler = Histogram(
             "pgjobq_worker_handler_duration_seconds",
-            "Run time of the handlers, by queue and outcome.",
-            ["queue", "outcome"],
+            "Run time of the handlers, by queue, task and outcome.",
+            ["queue", "task", "outcome"],
             buckets=DURATION_BUCKETS,
             registry=self.registry,
         )
         self._wait = Histogram(
             "pgjobq_worker_wait_seconds",
-            "Seconds from a job's run_at (its enqueue, unless scheduled) to its handler's start.",
-            ["queue"],
+            "Seconds from a job's run_at (its enqueue, unless scheduled) to its handler's start, "
+            "by queue and task.",
+            ["queue", "task"],
             buckets=DURATION_BUCKETS,
             registry=self.registry,
         )
         self._claimed = Counter(
             "pgjobq_worker_claimed_jobs",
-            "Jobs claimed by this process's workers, by queue.",
-            ["queue"],
+            "Jobs claimed by this process's workers, by queue and task.",
+            ["queue", "task"],
             registry=self.registry,
         )
         self._claim = Histogram(
@@ -141,37 +175,86 @@ class WorkerMetrics(WorkerObserver):
             "Times a worker lost its database connections and made them again.",
             registry=self.registry,
         )
-        self._known: set[str] = set()
+        self._max_tasks = max_tasks
+        # The hot path's cache: (queue, Job.task) -> its children, so that a job costs one dict lookup
+        # rather than a labels() call (a lock and a tuple of str()) per metric.  Written under _lock,
+        # read without it; it holds no name past max_tasks (their jobs share (queue, OTHER_TASKS)).
+        self._series: dict[tuple[str, str | None], _Series] = {}
+        self._claims: dict[str, Histogram] = {}  # by the claim's label (queue names joined by commas)
+        self._tasks: set[str] = set()  # the task names with series of their own
+        self._overflowed = False  # whether a task past max_tasks was seen (it is said once)
         self._lock = threading.Lock()
 
-    def _know(self, queue: str) -> None:
-        """Makes the series of a queue seen for the first time, at 0 (rate() then works from the start)."""
+    def _series_of(self, queue: str, task: str | None) -> _Series:
+        """The children of queue and task (Job.task), made at 0 when first asked for (so that rate() sees
+        their first change)."""
         with self._lock:
-            if queue in self._known:
-                return
-            self._known.add(queue)
-        for outcome in OUTCOMES:
-            self._finished.labels(queue, outcome)
-        self._claimed.labels(queue)
+            found = self._series.get((queue, task))
+            if found is not None:
+                return found
+            if task is None:
+                label = NO_TASK
+            elif task in self._tasks or len(self._tasks) < self._max_tasks:
+                self._tasks.add(task)
+                label = task
+            else:
+                label = OTHER_TASKS
+                if not self._overflowed:
+                    self._overflowed = True
+                    logger.warning(
+                        "more than %d task names: the metrics count the jobs of task %r and any other new"
+                        ' one under task="%s" (WorkerMetrics(max_tasks=...))',
+                        self._max_tasks,
+                        task,
+                        OTHER_TASKS,
+                    )
+            key = (queue, None if task is None else label)
+            series = self._series.get(key)
+            if series is None:
+                finished = {outcome: self._finished.labels(queue, label, outcome) for outcome in OUTCOMES}
+                series = _Series(queue, label, finished, self._claimed.labels(queue, label))
+                self._series[key] = series
+            return series
 
     def claimed(self, queues: Sequence[str], jobs: Sequence[Job], seconds: float) -> None:
         for queue in queues:
-            if queue not in self._known:
-                self._know(queue)
-        self._claim.labels(",".join(queues)).observe(seconds)
+            if (queue, None) not in self._series:
+                self._series_of(queue, None)
+        name = ",".join(queues)
+        claim = self._claims.get(name)
+        if claim is None:
+            claim = self._claims[name] = self._claim.labels(name)
+        claim.observe(seconds)
         for job in jobs:
-            self._claimed.labels(job.queue).inc()
+            series = self._series.get((job.queue, job.task))
+            if series is None:
+                series = self._series_of(job.queue, job.task)
+            series.claimed.inc()
 
     def started(self, job: Job, waited: float | None) -> None:
-        if waited is not None:
-            self._wait.labels(job.queue).observe(waited)
+        if waited is None:
+            return
+        series = self._series.get((job.queue, job.task))
+        if series is None:
+            series = self._series_of(job.queue, job.task)
+        wait = series.wait
+        if wait is None:
+            wait = series.wait = self._wait.labels(series.queue, series.task)
+        wait.observe(waited)
 
     def finished(self, job: Job, outcome: Outcome, seconds: float | None) -> None:
-        if job.queue not in self._known:
-            self._know(job.queue)
-        self._finished.labels(job.queue, outcome).inc()
+        series = self._series.get((job.queue, job.task))
+        if series is None:
+            series = self._series_of(job.queue, job.task)
+        finished = series.finished.get(outcome)
+        if finished is None:  # an outcome missing from OUTCOMES (a test forbids it): counted all the same
+            finished = series.finished[outcome] = self._finished.labels(series.queue, series.task, outcome)
+        finished.inc()
         if seconds is not None:
-            self._handler.labels(job.queue, outcome).observe(seconds)
+            handler = series.handler.get(outcome)
+            if handler is None:
+                handler = series.handler[outcome] = self._handler.labels(series.queue, series.task, outcome)
+            handler.observe(seconds)
 
     def pending(self, acknowledgements: int) -> None:
         with self._lock:

@@ -11,6 +11,17 @@ SELECT jobq.enqueue(%(queue)s, %(payload)s::jsonb, priority => %(priority)s,
                     concurrency_key => %(concurrency_key)s::text, depends_on => %(depends_on)s::bigint[],
                     on_parent_failure => %(on_parent_failure)s::text)
 
+-- name: enqueue_task
+-- enqueue with a task (extension 0.9.0): a statement of its own, so that enqueue
+-- itself still runs on 0.8.0, whose jobq.enqueue has no task parameter
+SELECT jobq.enqueue(%(queue)s, %(payload)s::jsonb, priority => %(priority)s,
+                    run_at => coalesce(%(run_at)s::timestamptz, now()),
+                    max_attempts => %(max_attempts)s::integer,
+                    unique_key => %(unique_key)s::text, unique_scope => %(unique_scope)s::text,
+                    on_conflict => %(on_conflict)s::text, headers => %(headers)s::jsonb,
+                    concurrency_key => %(concurrency_key)s::text, depends_on => %(depends_on)s::bigint[],
+                    on_parent_failure => %(on_parent_failure)s::text, task => %(task)s::text)
+
 -- name: enqueue_many
 -- the payloads travel as one JSON array, parsed once, and become the jsonb[]
 -- jobq.enqueue_many takes (an array parameter would be adapted element by element)
@@ -25,6 +36,19 @@ SELECT jobq.enqueue_many(%(queue)s,
                          on_conflict => %(on_conflict)s::text, headers => %(headers)s::jsonb,
                          concurrency_keys => %(concurrency_keys)s::text[])
 
+-- name: enqueue_many_task
+-- enqueue_many with a task for every job (extension 0.9.0; see enqueue_task)
+SELECT jobq.enqueue_many(%(queue)s,
+                         ARRAY(SELECT e.payload
+                                 FROM jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS e(payload, i)
+                                ORDER BY e.i),
+                         priority => %(priority)s,
+                         run_at => coalesce(%(run_at)s::timestamptz, now()),
+                         max_attempts => %(max_attempts)s::integer,
+                         unique_keys => %(unique_keys)s::text[], unique_scope => %(unique_scope)s::text,
+                         on_conflict => %(on_conflict)s::text, headers => %(headers)s::jsonb,
+                         concurrency_keys => %(concurrency_keys)s::text[], task => %(task)s::text)
+
 -- name: enqueue_flow
 -- the steps travel as one JSON array; the ids come back in step order
 SELECT jobq.enqueue_flow(%(queue)s, %(steps)s::jsonb)
@@ -38,8 +62,20 @@ SELECT jobq.enqueue_flow(%(queue)s, %(steps)s::jsonb)
 -- jobq.deadlines, and the worker learns from heartbeat_status that it has
 -- passed); then how long the job had been runnable when claimed (locked_at -
 -- run_at, in seconds, by the database's clock: Job._waited, for the observers);
--- headers last (NULL for most jobs: the client leaves the column out then,
--- rather than parse an empty object for each)
+-- then headers (NULL for most jobs: the client reads {} then, rather than parse
+-- an empty object for each) and the task (extension 0.9.0; NULL for a plain
+-- job).  The columns are Job's fields in order (pgjobq._client.proto.job_of).
+-- claim_0_8, claim_any_0_8 and complete_and_claim_0_8 are these statements for
+-- extension 0.8.0, which has no task: the worker picks them by the version it
+-- finds when it connects (pgjobq._worker.steps.FEATURES); the client's own calls
+-- (pgjobq.claim, claim_any, complete_and_claim) use them on every version.
+SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
+       extract(epoch FROM lease_expires_at - locked_at)::float8,
+       extract(epoch FROM locked_at - run_at)::float8,
+       headers, task
+  FROM jobq.claim(%(queue)s, %(n)s, %(worker)s, %(lease_timeout)s::interval)
+
+-- name: claim_0_8
 SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
        extract(epoch FROM lease_expires_at - locked_at)::float8,
        extract(epoch FROM locked_at - run_at)::float8,
@@ -51,14 +87,31 @@ SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
 SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
        extract(epoch FROM lease_expires_at - locked_at)::float8,
        extract(epoch FROM locked_at - run_at)::float8,
+       headers, task
+  FROM jobq.claim_any(%(queues)s::text[], %(n)s, %(worker)s, %(lease_timeout)s::interval)
+
+-- name: claim_any_0_8
+SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
+       extract(epoch FROM lease_expires_at - locked_at)::float8,
+       extract(epoch FROM locked_at - run_at)::float8,
        headers
   FROM jobq.claim_any(%(queues)s::text[], %(n)s, %(worker)s, %(lease_timeout)s::interval)
 
 -- name: complete_and_claim
 -- acknowledged jobs first (status done: only their id is needed, so neither
--- payload, headers nor the lease's length is sent), then the claimed ones
+-- payload, headers, task nor the lease's length is sent), then the claimed ones
 -- (status running), with claim's columns (max_attempts as there); results NULL
 -- when no job of the batch has one
+SELECT status, id, queue, CASE WHEN status = 'running' THEN payload END AS payload,
+       priority, attempts, coalesce(max_attempts, 3), lease,
+       CASE WHEN status = 'running' THEN extract(epoch FROM lease_expires_at - locked_at)::float8 END,
+       CASE WHEN status = 'running' THEN extract(epoch FROM locked_at - run_at)::float8 END,
+       CASE WHEN status = 'running' THEN headers END AS headers,
+       CASE WHEN status = 'running' THEN task END AS task
+  FROM jobq.complete_and_claim(%(ids)s::bigint[], %(leases)s::bigint[], %(queue)s, %(n)s, %(worker)s,
+                               %(lease_timeout)s::interval, results => %(results)s::jsonb[])
+
+-- name: complete_and_claim_0_8
 SELECT status, id, queue, CASE WHEN status = 'running' THEN payload END AS payload,
        priority, attempts, coalesce(max_attempts, 3), lease,
        CASE WHEN status = 'running' THEN extract(epoch FROM lease_expires_at - locked_at)::float8 END,
@@ -75,6 +128,17 @@ SELECT id FROM jobq.complete_many(%(ids)s::bigint[], %(leases)s::bigint[], %(res
 
 -- name: fail
 SELECT status, run_at FROM jobq.fail(%(id)s, %(error)s, %(lease)s, retry_in => %(retry_in)s::interval)
+
+-- name: fail_for_good
+-- extension 0.9.0: failed at once, whatever attempts are left (pgjobq.Discard)
+SELECT status, run_at FROM jobq.fail(%(id)s, %(error)s, %(lease)s, retry_in => NULL, retry => false)
+
+-- name: hand_back
+-- extension 0.9.0: back to queued after delay, the attempt not counted, unless
+-- the job is older than fail_after (then failed for good with error); the new
+-- status (a job whose task the worker does not know: pgjobq.UnknownTask)
+SELECT jobq.hand_back(%(id)s, %(lease)s, delay => %(delay)s::interval, error => %(error)s::text,
+                      fail_after => %(fail_after)s::interval)
 
 -- name: heartbeat
 SELECT jobq.heartbeat(%(id)s, %(lease)s)
@@ -122,6 +186,10 @@ SELECT coalesce(bool_and(w.registered), false), min(w.next_run_at),
 -- name: probe_notify
 -- the worker's LISTEN probe: notifies a channel of its own listening connection
 SELECT pg_notify(%(channel)s, '')
+
+-- name: set_application_name
+-- a worker's name for a connection its connect callable made (pgjobq._worker.connections.adopt)
+SELECT pg_catalog.set_config('application_name', %(name)s, false)
 
 -- name: purge
 SELECT jobq.purge(%(older_than)s, max_rows => %(max_rows)s, include_failed => %(include_failed)s)
@@ -182,15 +250,17 @@ SELECT q.queue, q.paused, q.max_attempts, q.backoff_base, q.backoff_max, q.backo
  ORDER BY q.queue
 
 -- name: job
+-- the task (0.9.0) read from the row as JSON, so that the statement also runs on
+-- 0.8.0, whose jobq.job_state has no task (NULL there)
 SELECT id, queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at,
-       cancel_requested, depends_on
-  FROM jobq.job(%(id)s)
+       cancel_requested, depends_on, to_jsonb(s) ->> 'task' AS task
+  FROM jobq.job(%(id)s) AS s
 
 -- name: watch
--- in FROM, so that the function runs once (not once per column)
+-- in FROM, so that the function runs once (not once per column); the task as in job
 SELECT id, queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at,
-       cancel_requested, depends_on
-  FROM jobq.watch(%(id)s)
+       cancel_requested, depends_on, to_jsonb(s) ->> 'task' AS task
+  FROM jobq.watch(%(id)s) AS s
 
 -- name: listen_done
 -- the channel of jobq.watch's notifications; quoted, for its dot
@@ -200,24 +270,41 @@ LISTEN "jobq.done"
 UNLISTEN "jobq.done"
 
 -- name: schedule
+-- the task (0.9.0) read from the row as JSON, so that the statement also runs on
+-- 0.8.0, whose jobq.schedules has no task (NULL there)
 SELECT name, queue, payload, cron, timezone, every, priority, max_attempts, headers, catch_up, next_at,
-       next_run, created_at, updated_at
+       next_run, created_at, updated_at, to_jsonb(s) ->> 'task' AS task
   FROM jobq.schedule(%(name)s, %(queue)s, payload => %(payload)s::jsonb, cron => %(cron)s::text,
                      timezone => %(timezone)s::text, every => %(every)s::interval,
                      priority => %(priority)s::integer, max_attempts => %(max_attempts)s::integer,
-                     headers => %(headers)s::jsonb, catch_up => %(catch_up)s::text)
+                     headers => %(headers)s::jsonb, catch_up => %(catch_up)s::text) AS s
+
+-- name: schedule_task
+-- schedule with a task for its jobs (extension 0.9.0; see enqueue_task)
+SELECT name, queue, payload, cron, timezone, every, priority, max_attempts, headers, catch_up, next_at,
+       next_run, created_at, updated_at, task
+  FROM jobq.schedule(%(name)s, %(queue)s, payload => %(payload)s::jsonb, cron => %(cron)s::text,
+                     timezone => %(timezone)s::text, every => %(every)s::interval,
+                     priority => %(priority)s::integer, max_attempts => %(max_attempts)s::integer,
+                     headers => %(headers)s::jsonb, catch_up => %(catch_up)s::text,
+                     task => %(task)s::text)
 
 -- name: unschedule
 SELECT jobq.unschedule(%(name)s)
 
 -- name: schedules
+-- the task as in schedule
 SELECT name, queue, payload, cron, timezone, every, priority, max_attempts, headers, catch_up, next_at,
-       next_run, created_at, updated_at
-  FROM jobq.schedules
+       next_run, created_at, updated_at, to_jsonb(s) ->> 'task' AS task
+  FROM jobq.schedules AS s
  ORDER BY name
 
 -- name: tick
 SELECT jobq.tick()
+
+-- name: running_version
+-- what a worker reads every reap_interval, to learn of an ALTER EXTENSION pgjobq UPDATE made while it runs
+SELECT jobq.version()
 
 -- The command line's and the plain-SQL install's statements (pgjobq._cli, pgjobq._install.plain),
 -- from here to the end.
@@ -233,7 +320,21 @@ SELECT i.version FROM jobq.plain_install AS i
 
 -- name: list_jobs
 -- newest first, at most limit of them, below the id before when given (the next page);
--- statuses NULL: every status
+-- statuses NULL: every status; task NULL: every job.  Extension 0.9.0 on (jobq.jobs.task);
+-- list_jobs_0_8 is the same without the task, for 0.8.0
+SELECT j.id, j.queue, j.task, j.status, j.priority, j.attempts,
+       coalesce(j.max_attempts, s.max_attempts, 3) AS max_attempts,
+       j.run_at, j.created_at, j.finished_at, j.locked_by, j.last_error
+  FROM jobq.jobs AS j
+  LEFT JOIN jobq.queue_settings AS s ON s.queue = j.queue
+ WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+   AND (%(statuses)s::text[] IS NULL OR j.status = ANY (%(statuses)s::text[]))
+   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+   AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
+ ORDER BY j.id DESC
+ LIMIT %(limit)s
+
+-- name: list_jobs_0_8
 SELECT j.id, j.queue, j.status, j.priority, j.attempts,
        coalesce(j.max_attempts, s.max_attempts, 3) AS max_attempts,
        j.run_at, j.created_at, j.finished_at, j.locked_by, j.last_error
@@ -246,7 +347,15 @@ SELECT j.id, j.queue, j.status, j.priority, j.attempts,
  LIMIT %(limit)s
 
 -- name: show_job
--- jobq.job's state, and what only the row has: priority, payload, headers, the lease's holder
+-- jobq.job's state, and what only the row has: priority, payload, headers, the lease's holder; and
+-- the task (extension 0.9.0 on; show_job_0_8 is the same without it, for 0.8.0)
+SELECT s.id, s.queue, j.task, s.status, j.priority, s.attempts, s.max_attempts, j.payload, j.headers,
+       s.result, s.last_error, s.depends_on, s.cancel_requested, s.run_at, s.created_at, s.finished_at,
+       j.locked_by, j.locked_at, j.lease_expires_at
+  FROM jobq.job(%(id)s) AS s
+  JOIN jobq.jobs AS j ON j.id = s.id
+
+-- name: show_job_0_8
 SELECT s.id, s.queue, s.status, j.priority, s.attempts, s.max_attempts, j.payload, j.headers, s.result,
        s.last_error, s.depends_on, s.cancel_requested, s.run_at, s.created_at, s.finished_at,
        j.locked_by, j.locked_at, j.lease_expires_at

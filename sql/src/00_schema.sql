@@ -9,9 +9,10 @@
  *   each function with its header, its COMMENT and its grants.  Released
  *   versions and the steps between them live, unchanged, in sql/updates/.
  * - State machine: queued -> running -> done | failed | cancelled; a failure
- *   with attempts left, a snooze, or a running job whose lease went stale or
- *   whose timeout passed, goes back to queued (cancelled instead when a
- *   cancel was requested); jobq.cancel ends a queued job at once.
+ *   with attempts left (unless failed with retry => false: failed at once),
+ *   a snooze, or a running job whose lease went stale or whose timeout
+ *   passed, goes back to queued (cancelled instead when a cancel was
+ *   requested); jobq.cancel ends a queued job at once.
  * - Every function pins search_path to pg_catalog, pg_temp and writes its own
  *   objects as jobq.<name>.  DDL expressions spell their operators as
  *   OPERATOR(pg_catalog.x), because CREATE EXTENSION runs this script with the

@@ -42,6 +42,11 @@ CREATE TABLE jobq.jobs (
     -- that use it touch.
     headers          jsonb,
     control          smallint,
+    -- 0.9.0: the job's task, the named job type of the Python client that
+    -- its worker dispatches on.  A column although every column costs (see
+    -- above): claims return it with every job, and from a table of its own
+    -- each claim would have to join it in.
+    task             text,
     CONSTRAINT jobs_pkey PRIMARY KEY (id)
 )
 -- Every job inserts one row, updates it twice and is eventually purged:
@@ -78,6 +83,7 @@ COMMENT ON COLUMN jobq.jobs.created_at IS 'When the job was enqueued (the enqueu
 COMMENT ON COLUMN jobq.jobs.finished_at IS 'When the job became done, failed or cancelled.';
 COMMENT ON COLUMN jobq.jobs.headers IS 'Metadata for the worker (trace context, for example): a JSON object of at most 1 MiB, returned by claim.';
 COMMENT ON COLUMN jobq.jobs.control IS 'Job control, as bits: 1, a cancel was requested (jobq.cancel) while it ran; 2, it is watched (jobq.watch); 4, it was enqueued with a unique key (jobq.unique_keys); 8, jobs depend on it (jobq.job_deps); 16, it has a concurrency key (jobq.concurrency_keys); 32, it depends on jobs. NULL: none of these.';
+COMMENT ON COLUMN jobq.jobs.task IS 'The task: the named job type a worker dispatches on (for example send_welcome), 1 to 200 characters matching ^[A-Za-z_][A-Za-z0-9_.:-]*$ (checked by the functions); NULL for a plain job. Returned by claim and jobq.job.';
 
 -- Serves jobq.claim exactly: its WHERE (queue, status, run_at) and its ORDER BY.
 CREATE INDEX jobs_claim_idx ON jobq.jobs (queue, priority DESC, run_at, id)

@@ -62,6 +62,35 @@ REVOKE ALL ON FUNCTION jobq._check_payload(jsonb, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._check_payload(jsonb, text) TO @extowner@;
 
 /*
+ * jobq._check_task(task): returns nothing; raises 22023 unless task is 1 to
+ * 200 characters matching ^[A-Za-z_][A-Za-z0-9_.:-]*$ (a task names a job
+ * type of the Python client: send_welcome, billing.invoice:v2).  NULL, a
+ * job without a task, passes: STRICT, and the functions that take a task
+ * call it only for one that is not NULL (jobq.enqueue, a hot path, only to
+ * raise: it tests the same inline), so a plain job never pays for it.  The
+ * length is tested apart: a bound in the pattern ({0,199}) made each match
+ * cost some 100,000 instructions, PostgreSQL's regular expressions
+ * expanding it into as many states.
+ */
+CREATE FUNCTION jobq._check_task(task text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF _check_task.task !~ '^[A-Za-z_][A-Za-z0-9_.:-]*$' OR length(_check_task.task) > 200 THEN
+        RAISE EXCEPTION 'task must be 1 to 200 characters of A-Z, a-z, 0-9, _, ., : and -, starting with a letter or _, got %',
+                        quote_literal(left(_check_task.task, 80))
+            USING ERRCODE = '22023',
+                  HINT = 'A task names a job type, such as send_welcome or billing.invoice:v2.';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_task(text) IS 'Internal: raises 22023 unless task is a valid task name (NULL passes).';
+REVOKE ALL ON FUNCTION jobq._check_task(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_task(text) TO @extowner@;
+
+/*
  * jobq._check_options(priority, run_at, max_attempts): returns nothing;
  * raises 22004 for a NULL priority or run_at and 22023 for a value out of
  * range (max_attempts may be NULL: the queue's).

@@ -64,9 +64,9 @@ GRANT EXECUTE ON FUNCTION jobq._take_key(text, text, boolean, bigint) TO @extown
 
 /*
  * jobq._enqueue_unique(queue, payload, priority, run_at, max_attempts,
- * unique_key, unique_scope, on_conflict, headers): enqueues a job with a
- * unique key, or resolves the conflict with the job that holds the key
- * (see jobq.enqueue).  Returns id (the new job, the holder, or NULL for
+ * unique_key, unique_scope, on_conflict, headers, task): enqueues a job
+ * with a unique key, or resolves the conflict with the job that holds the
+ * key (see jobq.enqueue).  Returns id (the new job, the holder, or NULL for
  * skip) and changed (whether a job was inserted or replaced, so that the
  * caller wakes the queue's workers).  The key is taken by jobq._take_key;
  * replace locks the holder (FOR NO KEY UPDATE, waiting), so a claim in
@@ -76,7 +76,7 @@ GRANT EXECUTE ON FUNCTION jobq._take_key(text, text, boolean, bigint) TO @extown
  */
 CREATE FUNCTION jobq._enqueue_unique(
     queue text, payload jsonb, priority integer, run_at timestamptz, max_attempts integer,
-    unique_key text, unique_scope text, on_conflict text, headers jsonb,
+    unique_key text, unique_scope text, on_conflict text, headers jsonb, task text,
     OUT id bigint, OUT changed boolean)
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
@@ -90,10 +90,11 @@ BEGIN
         holder_id := jobq._take_key(_enqueue_unique.queue, _enqueue_unique.unique_key,
                                     _enqueue_unique.unique_scope = 'until_done', new_id);
         IF holder_id IS NULL THEN
-            INSERT INTO jobq.jobs (id, queue, payload, priority, run_at, max_attempts, headers, control)
+            INSERT INTO jobq.jobs (id, queue, payload, priority, run_at, max_attempts, headers, control, task)
             VALUES (new_id, _enqueue_unique.queue, _enqueue_unique.payload, _enqueue_unique.priority,
                     _enqueue_unique.run_at, _enqueue_unique.max_attempts, _enqueue_unique.headers,
-                    4);  -- enqueued with a unique key
+                    4,  -- enqueued with a unique key
+                    _enqueue_unique.task);
             id := new_id;
             changed := true;
             RETURN;
@@ -121,7 +122,7 @@ BEGIN
             UPDATE jobq.jobs AS j
                SET payload = _enqueue_unique.payload, priority = _enqueue_unique.priority,
                    run_at = _enqueue_unique.run_at, max_attempts = _enqueue_unique.max_attempts,
-                   headers = _enqueue_unique.headers
+                   headers = _enqueue_unique.headers, task = _enqueue_unique.task
              WHERE j.id = holder_id;
             id := holder_id;
             changed := true;
@@ -153,10 +154,10 @@ BEGIN
               HINT = 'Retry the transaction.';
 END
 $$;
-COMMENT ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) IS
+COMMENT ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text) IS
     'Internal: enqueue a job with a unique key, or resolve the conflict with the job holding it.';
-REVOKE ALL ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb) TO @extowner@;
+REVOKE ALL ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text) TO @extowner@;
 
 /*
  * jobq._traced_headers(headers): headers with the caller's trace context.
@@ -208,7 +209,7 @@ GRANT EXECUTE ON FUNCTION jobq._traced_headers(jsonb) TO @extowner@;
 /*
  * jobq.enqueue(queue, payload, priority, run_at, max_attempts, unique_key,
  * unique_scope, on_conflict, headers, concurrency_key, depends_on,
- * on_parent_failure): the new job's id.  Runs in the
+ * on_parent_failure, task): the new job's id.  Runs in the
  * caller's transaction: rolled back, the job never existed.  Inserts one
  * row; holds the queue's wake-up advisory lock shared (never waiting for
  * it) until the transaction ends, and notifies jobq_<queue> when a worker
@@ -221,8 +222,8 @@ GRANT EXECUTE ON FUNCTION jobq._traced_headers(jsonb) TO @extowner@;
  * queued or running (or done, with unique_scope => 'until_done', until
  * purged), no second one is created; on_conflict decides what happens
  * instead: return (the holder's id), skip (NULL), raise (JQ004), replace (a
- * queued holder takes this call's payload, priority, run_at, max_attempts
- * and headers, and its id is returned; a running holder gives up the key
+ * queued holder takes this call's payload, priority, run_at, max_attempts,
+ * headers and task, and its id is returned; a running holder gives up the key
  * and is asked to stop, as by jobq.cancel, and a new job is inserted; a done holder is
  * returned).  A conflicting enqueue still in flight is waited for.
  * concurrency_key: the key the queue's key_concurrency limits (52_limits.sql).
@@ -230,16 +231,24 @@ GRANT EXECUTE ON FUNCTION jobq._traced_headers(jsonb) TO @extowner@;
  * parent is done, and a parent ending failed or cancelled cancels it, or
  * with on_parent_failure => 'run' counts as ended (45_flow.sql); the parents
  * stay locked until the transaction ends.
+ * task (0.9.0; NULL: a plain job): the named job type of the Python client
+ * that the worker dispatches on, stored with the job and returned by claim
+ * and jobq.job; last, so that every call written for 0.8.0 still means
+ * what it did.
  *
  * Raises 22004 (NULL argument), 22023 (bad queue name, payload not a JSON
  * object, priority outside -32768..32767, run_at not within 10 years of
- * now, max_attempts outside 1..1000, and what jobq._check_job_options and
- * jobq._enqueue_linked refuse), 54000 (payload or headers over 1 MiB),
- * JQ002 (a parent that does not exist), JQ004, 40001.
+ * now, max_attempts outside 1..1000, a bad task name (jobq._check_task),
+ * and what jobq._check_job_options and jobq._enqueue_linked refuse), 54000
+ * (payload or headers over 1 MiB), JQ002 (a parent that does not exist),
+ * JQ004, 40001.
  *
  * The hot path of producers: the checks are inline (a helper is called
  * only to raise, or to measure a payload that may be compressed), the work
  * is the wake-up lock and one INSERT, which also looks at jobq._waiters.
+ * A task alone keeps to that INSERT: in 0.9.0 an enqueue with a task cost
+ * 3.5% more server instructions than a plain one, the check of its name
+ * included (bench/instructions.py's machinery).
  */
 CREATE FUNCTION jobq.enqueue(
     queue        text,
@@ -253,7 +262,8 @@ CREATE FUNCTION jobq.enqueue(
     headers      jsonb       DEFAULT NULL,
     concurrency_key   text     DEFAULT NULL,
     depends_on        bigint[] DEFAULT NULL,
-    on_parent_failure text     DEFAULT 'cancel')
+    on_parent_failure text     DEFAULT 'cancel',
+    task              text     DEFAULT NULL)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: producers insert jobs without INSERT on jobq.jobs.
@@ -288,6 +298,12 @@ BEGIN
        OR enqueue.max_attempts NOT BETWEEN 1 AND 1000 THEN
         PERFORM jobq._check_options(enqueue.priority, enqueue.run_at, enqueue.max_attempts);  -- raises if bad
     END IF;
+    -- a task, as jobq._check_task checks it (a plain job pays the one test of a NULL)
+    IF enqueue.task IS NOT NULL THEN
+        IF enqueue.task !~ '^[A-Za-z_][A-Za-z0-9_.:-]*$' OR length(enqueue.task) > 200 THEN
+            PERFORM jobq._check_task(enqueue.task);  -- raises
+        END IF;
+    END IF;
 
     -- the wake-up (30_notify.sql): the lock first, then, in the INSERT, so
     -- with a snapshot taken after it, the look at the waiters
@@ -297,8 +313,9 @@ BEGIN
        AND enqueue.concurrency_key IS NULL AND enqueue.depends_on IS NULL AND enqueue.on_parent_failure = 'cancel'
        -- no trace context to carry (jobq._traced_headers): unset, or reset to '' after a SET LOCAL
        AND coalesce(current_setting('pgjobq.traceparent', true), '') = '' THEN
-        INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts)
-        VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts)
+        INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, task)
+        VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts,
+                enqueue.task)
         RETURNING jobq.jobs.id,
                   EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now())
              INTO new_id, waiting;
@@ -314,16 +331,16 @@ BEGIN
               FROM jobq._enqueue_linked(enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at,
                                         enqueue.max_attempts, enqueue.unique_key, enqueue.unique_scope,
                                         enqueue.on_conflict, enqueue.headers, enqueue.concurrency_key,
-                                        enqueue.depends_on, enqueue.on_parent_failure) AS l;
+                                        enqueue.depends_on, enqueue.on_parent_failure, enqueue.task) AS l;
             IF NOT waiting THEN
                 RETURN new_id;  -- nothing new to run (yet): no wake-up
             END IF;
             waiting := EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now());
         ELSIF enqueue.unique_key IS NULL THEN
             -- the INSERT above with headers (kept apart so that the plain one keeps its plan)
-            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
+            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, task)
             VALUES (enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at, enqueue.max_attempts,
-                    enqueue.headers)
+                    enqueue.headers, enqueue.task)
             RETURNING jobq.jobs.id,
                       EXISTS (SELECT FROM jobq._waiters AS w WHERE w.queue = enqueue.queue AND w.until > now())
                  INTO new_id, waiting;
@@ -331,7 +348,7 @@ BEGIN
             SELECT u.id, u.changed INTO new_id, waiting
               FROM jobq._enqueue_unique(enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at,
                                         enqueue.max_attempts, enqueue.unique_key, enqueue.unique_scope,
-                                        enqueue.on_conflict, enqueue.headers) AS u;
+                                        enqueue.on_conflict, enqueue.headers, enqueue.task) AS u;
             IF NOT waiting THEN
                 RETURN new_id;  -- nothing new to run: no wake-up
             END IF;
@@ -344,21 +361,24 @@ BEGIN
     RETURN new_id;
 END
 $$;
-COMMENT ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text) IS
-    'Enqueue one job; returns its id. Options: priority, run_at, max_attempts, headers; unique_key with unique_scope (active, until_done) and on_conflict (return, skip, raise, replace); concurrency_key; depends_on (parent job ids) with on_parent_failure (cancel, run). Notifies jobq_<queue> when a worker waits.';
-REVOKE ALL ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text) TO @extowner@;
+COMMENT ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text) IS
+    'Enqueue one job; returns its id. Options: priority, run_at, max_attempts, headers; unique_key with unique_scope (active, until_done) and on_conflict (return, skip, raise, replace); concurrency_key; depends_on (parent job ids) with on_parent_failure (cancel, run); task (the job type a worker dispatches on). Notifies jobq_<queue> when a worker waits.';
+REVOKE ALL ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text) TO @extowner@;
 
 /*
  * jobq.enqueue_many(queue, payloads, priority, run_at, max_attempts,
- * unique_keys, unique_scope, on_conflict, headers, concurrency_keys): the
- * ids, in the order of payloads; without unique_keys one INSERT, and at
+ * unique_keys, unique_scope, on_conflict, headers, concurrency_keys, task):
+ * the ids, in the order of payloads; without unique_keys one INSERT, and at
  * most one notification (as jobq.enqueue).  unique_keys, when given, is
  * aligned with payloads (NULL: no key for that job), and each job is
  * enqueued as jobq.enqueue would, in order: of equal keys the first wins,
  * and the ids returned follow on_conflict (NULL for skip).
  * concurrency_keys, when given, is aligned with payloads too (NULL: none).
- * headers and the other options apply to every job.  Raises like
+ * headers, task (0.9.0: one task for every job) and the other options
+ * apply to every job.  Locks: the queue's wake-up advisory lock, shared,
+ * as jobq.enqueue, and for each job with a unique or concurrency key what
+ * jobq.enqueue locks for it.  Raises like
  * jobq.enqueue, naming the first bad element by its own subscript
  * (payloads[i], unique_keys[i], concurrency_keys[i]), and 22023 for a
  * multidimensional array or keys of another length; inserts nothing then.
@@ -373,7 +393,8 @@ CREATE FUNCTION jobq.enqueue_many(
     unique_scope text        DEFAULT 'active',
     on_conflict  text        DEFAULT 'return',
     headers      jsonb       DEFAULT NULL,
-    concurrency_keys text[]  DEFAULT NULL)
+    concurrency_keys text[]  DEFAULT NULL,
+    task         text        DEFAULT NULL)
 RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: producers insert jobs without INSERT on jobq.jobs.
@@ -410,6 +431,9 @@ BEGIN
         PERFORM jobq._check_payload(bad_payload, format('payloads[%s]', bad_position));  -- raises
     END IF;
     PERFORM jobq._check_options(enqueue_many.priority, enqueue_many.run_at, enqueue_many.max_attempts);
+    IF enqueue_many.task IS NOT NULL THEN
+        PERFORM jobq._check_task(enqueue_many.task);
+    END IF;
     enqueue_many.headers := jobq._traced_headers(enqueue_many.headers);
     PERFORM jobq._check_job_options(NULL, enqueue_many.unique_scope, enqueue_many.on_conflict,
                                     enqueue_many.headers);
@@ -424,10 +448,10 @@ BEGIN
     IF enqueue_many.unique_keys IS NULL AND enqueue_many.concurrency_keys IS NOT NULL THEN
         -- with concurrency keys: the keyed jobs marked (control bit 16), their keys stored
         WITH inserted AS (
-            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, control)
+            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, control, task)
             SELECT enqueue_many.queue, p.payload, enqueue_many.priority, enqueue_many.run_at,
                    enqueue_many.max_attempts, enqueue_many.headers,
-                   CASE WHEN p.concurrency_key IS NOT NULL THEN 16 END
+                   CASE WHEN p.concurrency_key IS NOT NULL THEN 16 END, enqueue_many.task
               FROM unnest(enqueue_many.payloads, enqueue_many.concurrency_keys) WITH ORDINALITY
                    AS p(payload, concurrency_key, position)
              ORDER BY p.position
@@ -442,9 +466,9 @@ BEGIN
         any_changed := cardinality(new_ids) > 0;
     ELSIF enqueue_many.unique_keys IS NULL THEN
         WITH inserted AS (
-            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
+            INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, task)
             SELECT enqueue_many.queue, p.payload, enqueue_many.priority, enqueue_many.run_at,
-                   enqueue_many.max_attempts, enqueue_many.headers
+                   enqueue_many.max_attempts, enqueue_many.headers, enqueue_many.task
               FROM unnest(enqueue_many.payloads) WITH ORDINALITY AS p(payload, position)
              ORDER BY p.position
             RETURNING jobq.jobs.id
@@ -468,11 +492,12 @@ BEGIN
                   FROM jobq._enqueue_linked(enqueue_many.queue, one.payload, enqueue_many.priority,
                                             enqueue_many.run_at, enqueue_many.max_attempts, one.unique_key,
                                             enqueue_many.unique_scope, enqueue_many.on_conflict,
-                                            enqueue_many.headers, one.concurrency_key, NULL, 'cancel') AS l;
+                                            enqueue_many.headers, one.concurrency_key, NULL, 'cancel',
+                                            enqueue_many.task) AS l;
             ELSIF one.unique_key IS NULL THEN
-                INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers)
+                INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, task)
                 VALUES (enqueue_many.queue, one.payload, enqueue_many.priority, enqueue_many.run_at,
-                        enqueue_many.max_attempts, enqueue_many.headers)
+                        enqueue_many.max_attempts, enqueue_many.headers, enqueue_many.task)
                 RETURNING jobq.jobs.id INTO one_id;
                 new_ids := new_ids || one_id;
                 any_changed := true;
@@ -481,7 +506,7 @@ BEGIN
                   FROM jobq._enqueue_unique(enqueue_many.queue, one.payload, enqueue_many.priority,
                                             enqueue_many.run_at, enqueue_many.max_attempts, one.unique_key,
                                             enqueue_many.unique_scope, enqueue_many.on_conflict,
-                                            enqueue_many.headers) AS u;
+                                            enqueue_many.headers, enqueue_many.task) AS u;
             END IF;
         END LOOP;
     END IF;
@@ -496,7 +521,7 @@ BEGIN
     RETURN new_ids;
 END
 $$;
-COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[]) IS
-    'Enqueue many jobs in one call; returns their ids in the order of payloads. Same options as jobq.enqueue, with unique_keys and concurrency_keys aligned with payloads.';
-REVOKE ALL ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[]) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[]) TO @extowner@;
+COMMENT ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[], text) IS
+    'Enqueue many jobs in one call; returns their ids in the order of payloads. Same options as jobq.enqueue, with unique_keys and concurrency_keys aligned with payloads; task, headers and the others apply to every job.';
+REVOKE ALL ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[], text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[], text) TO @extowner@;

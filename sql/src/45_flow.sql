@@ -110,7 +110,7 @@ GRANT EXECUTE ON FUNCTION jobq._check_link_options(text, bigint[], text, text) T
 /*
  * jobq._enqueue_linked(queue, payload, priority, run_at, max_attempts,
  * unique_key, unique_scope, on_conflict, headers, concurrency_key,
- * depends_on, on_parent_failure): for jobq.enqueue, a job with a
+ * depends_on, on_parent_failure, task): for jobq.enqueue, a job with a
  * concurrency key or parents: its id, and runnable (it is queued, and new
  * or changed: worth a wake-up).  The job is 'waiting' while a parent has not
  * ended, 'cancelled' at once when a parent already ended failed or
@@ -124,7 +124,7 @@ GRANT EXECUTE ON FUNCTION jobq._check_link_options(text, bigint[], text, text) T
 CREATE FUNCTION jobq._enqueue_linked(
     queue text, payload jsonb, priority integer, run_at timestamptz, max_attempts integer,
     unique_key text, unique_scope text, on_conflict text, headers jsonb,
-    concurrency_key text, depends_on bigint[], on_parent_failure text,
+    concurrency_key text, depends_on bigint[], on_parent_failure text, task text,
     OUT id bigint, OUT runnable boolean)
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
@@ -179,12 +179,13 @@ BEGIN
 
     IF _enqueue_linked.unique_key IS NULL THEN
         INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, headers, status, control,
-                               finished_at, last_error)
+                               finished_at, last_error, task)
         VALUES (_enqueue_linked.queue, _enqueue_linked.payload, _enqueue_linked.priority, _enqueue_linked.run_at,
                 _enqueue_linked.max_attempts, _enqueue_linked.headers, new_status, nullif(control_bits, 0),
                 CASE WHEN new_status = 'cancelled' THEN statement_timestamp() END,
                 CASE WHEN new_status = 'cancelled'
-                     THEN format('cancelled: parent job %s had ended %s', failed_parent, failed_status) END)
+                     THEN format('cancelled: parent job %s had ended %s', failed_parent, failed_status) END,
+                _enqueue_linked.task)
         RETURNING jobq.jobs.id INTO id;
         runnable := new_status = 'queued';
     ELSE
@@ -194,7 +195,7 @@ BEGIN
           FROM jobq._enqueue_unique(_enqueue_linked.queue, _enqueue_linked.payload, _enqueue_linked.priority,
                                     _enqueue_linked.run_at, _enqueue_linked.max_attempts, _enqueue_linked.unique_key,
                                     _enqueue_linked.unique_scope, _enqueue_linked.on_conflict,
-                                    _enqueue_linked.headers) AS u;
+                                    _enqueue_linked.headers, _enqueue_linked.task) AS u;
         IF NOT runnable THEN
             RETURN;
         END IF;
@@ -221,10 +222,10 @@ BEGIN
     END IF;
 END
 $$;
-COMMENT ON FUNCTION jobq._enqueue_linked(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text) IS
+COMMENT ON FUNCTION jobq._enqueue_linked(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text) IS
     'Internal: jobq.enqueue for a job with a concurrency key or parents.';
-REVOKE ALL ON FUNCTION jobq._enqueue_linked(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq._enqueue_linked(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text) TO @extowner@;
+REVOKE ALL ON FUNCTION jobq._enqueue_linked(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._enqueue_linked(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text) TO @extowner@;
 
 /*
  * jobq._finish_linked(id, status, control): true, after the bookkeeping of
@@ -336,14 +337,15 @@ GRANT EXECUTE ON FUNCTION jobq._settle_dependents(bigint, text) TO @extowner@;
  * a JSON array of objects, each a job: payload (required), and optionally
  * name (1 to 200 characters, unique in the flow), queue (default: the
  * queue argument), priority, run_at, max_attempts, headers,
- * concurrency_key, on_parent_failure, and depends_on: an array of the
- * names of steps before this one and of ids of existing jobs.  Each step is
- * enqueued as jobq.enqueue would, once every step has been checked: a bad
- * one enqueues nothing.  Locks what jobq.enqueue locks.  Raises
+ * concurrency_key, on_parent_failure, task (0.9.0: the job type a worker
+ * dispatches on, a string as jobq.enqueue takes it), and depends_on: an
+ * array of the names of steps before this one and of ids of existing
+ * jobs.  Each step is enqueued as jobq.enqueue would, once every step has
+ * been checked: a bad one enqueues nothing.  Locks what jobq.enqueue locks.  Raises
  * 22004 (NULL argument), 22023 (steps not an array of 1 to 1,000 objects,
  * an unknown key, a value of the wrong JSON type, a name repeated or not
- * naming an earlier step), JQ002, and what jobq.enqueue raises, each
- * message prefixed with the step, as steps[0].
+ * naming an earlier step, a bad task name), JQ002, and what jobq.enqueue
+ * raises, each message prefixed with the step, as steps[0].
  */
 CREATE FUNCTION jobq.enqueue_flow(queue text, steps jsonb)
 RETURNS bigint[]
@@ -355,7 +357,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     known_keys constant text[] := ARRAY['name', 'payload', 'queue', 'priority', 'run_at', 'max_attempts',
-                                        'headers', 'concurrency_key', 'depends_on', 'on_parent_failure'];
+                                        'headers', 'concurrency_key', 'depends_on', 'on_parent_failure',
+                                        'task'];
     step       jsonb;
     step_no   integer;
     ids        bigint[] := '{}'::bigint[];
@@ -396,7 +399,7 @@ BEGIN
         SELECT t.k INTO bad
           FROM (VALUES ('name', 'string'), ('queue', 'string'), ('priority', 'number'), ('run_at', 'string'),
                        ('max_attempts', 'number'), ('concurrency_key', 'string'), ('depends_on', 'array'),
-                       ('on_parent_failure', 'string')) AS t(k, kind)
+                       ('on_parent_failure', 'string'), ('task', 'string')) AS t(k, kind)
          WHERE step ? t.k AND jsonb_typeof(step -> t.k) NOT IN (t.kind, 'null')
          LIMIT 1;
         IF FOUND THEN
@@ -446,6 +449,9 @@ BEGIN
             PERFORM jobq._check_job_options(NULL, 'active', 'return', nullif(step -> 'headers', 'null'));
             PERFORM jobq._check_link_options(step ->> 'concurrency_key', parents,
                                              coalesce(step ->> 'on_parent_failure', 'cancel'), NULL);
+            IF step ->> 'task' IS NOT NULL THEN
+                PERFORM jobq._check_task(step ->> 'task');
+            END IF;
             SELECT p.id INTO missing
               FROM unnest(parents) AS p(id)
              WHERE NOT EXISTS (SELECT FROM jobq.jobs AS j WHERE j.id = p.id)
@@ -481,12 +487,13 @@ BEGIN
             headers           => nullif(step -> 'headers', 'null'),
             concurrency_key   => step ->> 'concurrency_key',
             depends_on        => nullif(parents, '{}'),
-            on_parent_failure => coalesce(step ->> 'on_parent_failure', 'cancel'));
+            on_parent_failure => coalesce(step ->> 'on_parent_failure', 'cancel'),
+            task              => step ->> 'task');
     END LOOP;
     RETURN ids;
 END
 $$;
 COMMENT ON FUNCTION jobq.enqueue_flow(text, jsonb) IS
-    'Enqueue a graph of jobs in one call: steps is a JSON array of jobs that may depend on earlier steps (by name) and on existing jobs (by id). Returns the ids, in the order of steps.';
+    'Enqueue a graph of jobs in one call: steps is a JSON array of jobs (payload, and optionally name, queue, priority, run_at, max_attempts, headers, concurrency_key, on_parent_failure, task) that may depend on earlier steps (by name) and on existing jobs (by id). Returns the ids, in the order of steps.';
 REVOKE ALL ON FUNCTION jobq.enqueue_flow(text, jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.enqueue_flow(text, jsonb) TO @extowner@;

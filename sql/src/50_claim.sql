@@ -143,7 +143,9 @@ COMMENT ON TRIGGER queue_settings_truncated_trg ON jobq.queue_settings IS
 
 /*
  * jobq.claim(queue, n, worker, lease_timeout): up to n runnable jobs of
- * queue, now running under a new lease that expires lease_timeout from now
+ * queue (rows of jobq.jobs: every column, task the last since 0.9.0, so
+ * that readers by position find 0.8.0's where they were), now running
+ * under a new lease that expires lease_timeout from now
  * (NULL, the default: the queue's lease_timeout, else 60 seconds;
  * heartbeats extend it by that length again), in claim order (priority
  * desc, run_at, id).  Never claims a job whose run_at is in the future, nor
@@ -351,7 +353,8 @@ GRANT EXECUTE ON FUNCTION jobq.claim(text, integer, text, interval) TO @extowner
 
 /*
  * jobq.claim_any(queues, n, worker, lease_timeout): up to n runnable jobs
- * of any of queues, running under new leases, as jobq.claim hands them out
+ * of any of queues (rows of jobq.jobs, task last, as jobq.claim returns
+ * them), running under new leases, as jobq.claim hands them out
  * (each queue's pause, settings and limits apply), in claim order across
  * the queues: priority desc, run_at, id.  First it looks, without locking,
  * for the n best runnable jobs across the queues that are not paused, then

@@ -220,8 +220,9 @@ GRANT EXECUTE ON FUNCTION jobq.complete_many(bigint[], bigint[], jsonb[]) TO @ex
 
 /*
  * jobq.complete_and_claim(ids, leases, queue, n, worker, lease_timeout,
- * results): first the jobs acknowledged, by ascending id, as
- * jobq.complete_many would (status 'done': now done, with the results
+ * results): rows of jobq.jobs (task last, as jobq.claim returns them):
+ * first the jobs acknowledged, by ascending id, as jobq.complete_many
+ * would (status 'done': now done, with the results
  * given, or already done under that same lease; stale pairs are left out),
  * then up to n newly claimed jobs of queue (status 'running', each with its
  * new lease of lease_timeout, default the queue's, else 60 seconds), as
@@ -271,18 +272,24 @@ REVOKE ALL ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer
 GRANT EXECUTE ON FUNCTION jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval, jsonb[]) TO @extowner@;
 
 /*
- * jobq.fail(id, error, lease, retry_in): the job's row after the failure:
- * queued again with run_at = now + retry_in, or + the queue's backoff
- * (jobq._retry_delay: by default 2^attempts seconds, at most 300), or
- * failed once attempts reached max_attempts; cancelled instead, never
- * retried, when jobq.cancel asked its worker to stop (notifying "jobq.done"
- * then, for a watched job).  error is kept in last_error, cut to 2,000
- * characters.  Locks the job's row.  Raises 22004
- * (NULL id, lease or error), 22023 (retry_in negative or over 10 years),
- * JQ002, JQ001 like jobq.complete (a repeated fail is refused: the job is no
- * longer held).
+ * jobq.fail(id, error, lease, retry_in, retry): the job's row after the
+ * failure (every column of jobq.jobs, task last): queued again with run_at
+ * = now + retry_in, or + the queue's backoff (jobq._retry_delay: by default
+ * 2^attempts seconds, at most 300), or failed once attempts reached
+ * max_attempts; with retry => false (0.9.0: an error that no retry can
+ * mend) failed at once, whatever attempts are left, exactly as at
+ * max_attempts (finished_at set, the dead-letter queue, a watched job
+ * notified, its dependents and concurrency key settled).  Cancelled
+ * instead, never retried, when jobq.cancel asked its worker to stop
+ * (notifying "jobq.done" then, for a watched job).  error is kept in
+ * last_error, cut to 2,000 characters.  Locks the job's row, and what
+ * jobq._finish_linked locks for a job with dependents.  Raises 22004 (NULL
+ * id, lease, error or retry), 22023 (retry_in negative or over 10 years),
+ * JQ002, JQ001 like jobq.complete (a repeated fail is refused: the job is
+ * no longer held).
  */
-CREATE FUNCTION jobq.fail(id bigint, error text, lease bigint, retry_in interval DEFAULT NULL)
+CREATE FUNCTION jobq.fail(id bigint, error text, lease bigint, retry_in interval DEFAULT NULL,
+                          retry boolean DEFAULT true)
 RETURNS jobq.jobs
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: workers settle jobs without UPDATE on jobq.jobs; the lease
@@ -297,19 +304,29 @@ BEGIN
     IF fail.error IS NULL THEN
         RAISE EXCEPTION 'error must not be NULL' USING ERRCODE = '22004';
     END IF;
+    IF fail.retry IS NULL THEN
+        RAISE EXCEPTION 'retry must not be NULL'
+            USING ERRCODE = '22004',
+                  HINT = 'retry => false fails the job at once; true, the default, retries it while attempts are left.';
+    END IF;
     IF fail.retry_in < interval '0' OR fail.retry_in > interval '10 years' THEN
         RAISE EXCEPTION 'retry_in must be an interval between 0 and 10 years, got %', fail.retry_in
             USING ERRCODE = '22023';
     END IF;
+    -- retry => false takes the path of the last attempt: "NOT fail.retry OR"
+    -- before each test of attempts against max_attempts
     UPDATE jobq.jobs AS j
        SET status      = CASE WHEN j.control & 1 <> 0 THEN 'cancelled'  -- a cancel was requested
-                              WHEN j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue)) THEN 'failed'
+                              WHEN NOT fail.retry
+                                   OR j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue)) THEN 'failed'
                               ELSE 'queued' END,
-           run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND j.attempts < coalesce(j.max_attempts, jobq._max_attempts(j.queue))
+           run_at      = CASE WHEN coalesce(j.control & 1 = 0, true) AND fail.retry
+                                   AND j.attempts < coalesce(j.max_attempts, jobq._max_attempts(j.queue))
                               THEN statement_timestamp()
                                    + coalesce(fail.retry_in, jobq._retry_delay(j.queue, j.attempts))
                               ELSE j.run_at END,
-           finished_at = CASE WHEN j.control & 1 <> 0 OR j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue))
+           finished_at = CASE WHEN j.control & 1 <> 0 OR NOT fail.retry
+                                   OR j.attempts >= coalesce(j.max_attempts, jobq._max_attempts(j.queue))
                               THEN statement_timestamp() END,
            last_error  = left(fail.error, 2000)
      WHERE j.id = fail.id AND j.lease = fail.lease AND j.status = 'running'
@@ -326,10 +343,10 @@ BEGIN
     RETURN failed_job;
 END
 $$;
-COMMENT ON FUNCTION jobq.fail(bigint, text, bigint, interval) IS
-    'Record a failure of a running job: back to queued after retry_in or the queue''s backoff, failed at max_attempts, cancelled if a cancel was requested. Refuses a stale lease with JQ001.';
-REVOKE ALL ON FUNCTION jobq.fail(bigint, text, bigint, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.fail(bigint, text, bigint, interval) TO @extowner@;
+COMMENT ON FUNCTION jobq.fail(bigint, text, bigint, interval, boolean) IS
+    'Record a failure of a running job: back to queued after retry_in or the queue''s backoff, failed at max_attempts or at once with retry => false, cancelled if a cancel was requested. Returns its row. Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.fail(bigint, text, bigint, interval, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.fail(bigint, text, bigint, interval, boolean) TO @extowner@;
 
 /*
  * jobq.snooze(id, lease, delay): the job's new run_at, now + delay: the
@@ -384,6 +401,60 @@ COMMENT ON FUNCTION jobq.snooze(bigint, bigint, interval) IS
     'Put a running job back to queued, runnable after delay, without spending an attempt; returns its run_at (NULL: cancelled, as requested). Refuses a stale lease with JQ001.';
 REVOKE ALL ON FUNCTION jobq.snooze(bigint, bigint, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.snooze(bigint, bigint, interval) TO @extowner@;
+
+/*
+ * jobq.hand_back(id, lease, delay, error, fail_after): the job's new status.
+ * A worker that cannot run a job (its task is one the worker does not know,
+ * as during a rolling deploy) hands it back for another: the job goes back to
+ * queued, runnable after delay, without spending an attempt, as by
+ * jobq.snooze, and error is kept as its last_error; once the job is older
+ * than fail_after (since created_at) it fails for good with error instead, as
+ * by jobq.fail(..., retry => false).  'queued', 'failed', or 'cancelled' when
+ * a cancel was requested.  Locks the job's row.  Raises 22004 (NULL
+ * argument), 22023 (delay or fail_after negative or over 10 years), JQ002,
+ * JQ001 like jobq.complete.
+ */
+CREATE FUNCTION jobq.hand_back(id bigint, lease bigint, delay interval, error text, fail_after interval)
+RETURNS text
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: workers settle jobs without UPDATE on jobq.jobs; the lease
+-- decides which rows they may change.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    created timestamptz;
+BEGIN
+    PERFORM jobq._check_lease(hand_back.id, hand_back.lease);
+    IF hand_back.error IS NULL OR hand_back.fail_after IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', CASE WHEN hand_back.error IS NULL THEN 'error' ELSE 'fail_after' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF hand_back.fail_after < interval '0' OR hand_back.fail_after > interval '10 years' THEN
+        RAISE EXCEPTION 'fail_after must be an interval between 0 and 10 years, got %', hand_back.fail_after
+            USING ERRCODE = '22023';
+    END IF;
+    SELECT j.created_at INTO created
+      FROM jobq.jobs AS j
+     WHERE j.id = hand_back.id AND j.lease = hand_back.lease AND j.status = 'running'
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM jobq._raise_not_held(hand_back.id, hand_back.lease);
+    END IF;
+    IF created < statement_timestamp() - hand_back.fail_after THEN
+        RETURN (jobq.fail(hand_back.id, hand_back.error, hand_back.lease, NULL, false)).status;
+    END IF;
+    IF jobq.snooze(hand_back.id, hand_back.lease, hand_back.delay) IS NULL THEN  -- checks delay
+        RETURN 'cancelled';
+    END IF;
+    UPDATE jobq.jobs AS j SET last_error = left(hand_back.error, 2000) WHERE j.id = hand_back.id;
+    RETURN 'queued';
+END
+$$;
+COMMENT ON FUNCTION jobq.hand_back(bigint, bigint, interval, text, interval) IS
+    'Hand a running job back to its queue for another worker (one that knows its task): queued after delay without spending an attempt, or failed for good with error once older than fail_after. Returns its new status. Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.hand_back(bigint, bigint, interval, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.hand_back(bigint, bigint, interval, text, interval) TO @extowner@;
 
 /*
  * jobq.heartbeat(id, lease): the new locked_at.  Extends a running job's

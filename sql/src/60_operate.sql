@@ -3,8 +3,9 @@
 ----------------------------------------------------------------------------
 
 /*
- * jobq.reap(stale): the recovered jobs, by id: running jobs whose lease has
- * expired (lease_expires_at, set by claim from its lease_timeout and moved on
+ * jobq.reap(stale): the recovered jobs (rows of jobq.jobs, task last), by
+ * id: running jobs whose lease has expired (lease_expires_at, set by claim
+ * from its lease_timeout and moved on
  * by every heartbeat, never past the job's deadline) go back to queued
  * (after the queue's retry backoff), or to failed when out of attempts, or
  * to cancelled when jobq.cancel asked their worker to stop; a note naming

@@ -114,15 +114,16 @@ CREATE TYPE jobq.job_state AS (
     created_at       timestamptz,
     finished_at      timestamptz,
     cancel_requested boolean,
-    depends_on       bigint[]
+    depends_on       bigint[],
+    task             text  -- 0.9.0
 );
 COMMENT ON TYPE jobq.job_state IS
-    'A job''s public state, as jobq.job, jobq.wait and jobq.watch return it (max_attempts with the queue''s default filled in).';
+    'A job''s public state, as jobq.job, jobq.wait and jobq.watch return it (max_attempts with the queue''s default filled in; task NULL for a plain job).';
 
 /*
- * jobq.job(id): the job's public state (jobq.job_state), its result read
- * from jobq.results.  Reads the rows without locking them.  Raises 22004
- * (NULL id), JQ002 (no such job).
+ * jobq.job(id): the job's public state (jobq.job_state: its task last, NULL
+ * for a plain job), its result read from jobq.results.  Reads the rows
+ * without locking them.  Raises 22004 (NULL id), JQ002 (no such job).
  */
 CREATE FUNCTION jobq.job(id bigint)
 RETURNS jobq.job_state
@@ -141,10 +142,11 @@ BEGIN
     SELECT j.id, j.queue, j.status, j.attempts, coalesce(j.max_attempts, s.max_attempts, 3), r.result,
            j.last_error, j.run_at, j.created_at, j.finished_at, coalesce(j.control & 1 <> 0, false),
            CASE WHEN j.control & 32 <> 0
-                THEN ARRAY(SELECT d.parent FROM jobq.job_deps AS d WHERE d.child = j.id ORDER BY d.parent) END
+                THEN ARRAY(SELECT d.parent FROM jobq.job_deps AS d WHERE d.child = j.id ORDER BY d.parent) END,
+           j.task
       INTO state.id, state.queue, state.status, state.attempts, state.max_attempts, state.result,
            state.last_error, state.run_at, state.created_at, state.finished_at, state.cancel_requested,
-           state.depends_on
+           state.depends_on, state.task
       FROM jobq.jobs AS j
       LEFT JOIN jobq.queue_settings AS s ON s.queue = j.queue
       LEFT JOIN jobq.results AS r ON r.id = j.id
@@ -157,7 +159,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.job(bigint) IS
-    'A job''s public state: queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at, cancel_requested, depends_on (its parents; not its payload). JQ002: no such job.';
+    'A job''s public state: queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at, cancel_requested, depends_on (its parents), task (not its payload). JQ002: no such job.';
 REVOKE ALL ON FUNCTION jobq.job(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.job(bigint) TO @extowner@;
 

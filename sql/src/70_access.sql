@@ -6,7 +6,7 @@
 --
 -- - producer: jobq.enqueue, jobq.enqueue_many, jobq.enqueue_flow;
 -- - worker:   jobq.claim, claim_any, complete, complete_many, complete_and_claim, fail,
---             snooze, heartbeat, heartbeat_many, heartbeat_status, release,
+--             snooze, hand_back, heartbeat, heartbeat_many, heartbeat_status, release,
 --             wait (the registration), reap (it recovers only jobs whose
 --             lease expired) and tick (it enqueues the schedules' due
 --             occurrences);
@@ -43,8 +43,8 @@ BEGIN
     -- one branch per level, so that planning one never plans the others
     IF _level_functions.level = 'producer' THEN
         RETURN ARRAY[
-                'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text)',
-                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[])',
+                'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text)',
+                'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[], text)',
                 'jobq.enqueue_flow(text, jsonb)',
                 'jobq.channel(text)',
                 'jobq.version()',
@@ -56,8 +56,9 @@ BEGIN
                 'jobq.complete(bigint, bigint, jsonb)',
                 'jobq.complete_many(bigint[], bigint[], jsonb[])',
                 'jobq.complete_and_claim(bigint[], bigint[], text, integer, text, interval, jsonb[])',
-                'jobq.fail(bigint, text, bigint, interval)',
+                'jobq.fail(bigint, text, bigint, interval, boolean)',
                 'jobq.snooze(bigint, bigint, interval)',
+                'jobq.hand_back(bigint, bigint, interval, text, interval)',
                 'jobq.heartbeat(bigint, bigint)',
                 'jobq.heartbeat_many(bigint[], bigint[])',
                 'jobq.heartbeat_status(bigint[], bigint[])',
@@ -118,7 +119,7 @@ BEGIN
                                      'jobq._notify_finished(bigint)',
                                      'jobq._finish_linked(bigint, text, smallint)',
                                      'jobq._settle_dependents(bigint, text)',
-                                     'jobq.schedule(text, text, jsonb, text, text, interval, integer, integer, jsonb, text)',
+                                     'jobq.schedule(text, text, jsonb, text, text, interval, integer, integer, jsonb, text, text)',
                                      'jobq.unschedule(text)',
                                      'jobq._schedule_next(text, text, interval, timestamptz)',
                                      'jobq._every_next(interval, timestamptz)',
@@ -130,6 +131,7 @@ BEGIN
                                      'jobq._check_timezone(text, boolean)',
                                      'jobq._cancel_occurrences(text, text)',
                                      'jobq._check_job_options(text, text, text, jsonb)',
+                                     'jobq._check_task(text)',
                                      'jobq._check_payload(jsonb, text)',
                                      'jobq._check_options(integer, timestamptz, integer)',
                                      'jobq._check_lease(bigint, bigint)',
@@ -257,7 +259,7 @@ LANGUAGE sql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
 AS $$ SELECT jobq._grant_level(grant_worker.role, 'worker') $$;
 COMMENT ON FUNCTION jobq.grant_worker(regrole) IS
-    'Let role work jobs (claim, claim_any, heartbeat, complete, fail, snooze, release and their batch forms), recover expired leases (reap), advance schedules (tick) and look jobs up (job, wait, watch); no access to the jobs table. Owner or superuser only.';
+    'Let role work jobs (claim, claim_any, heartbeat, complete, fail, snooze, hand_back, release and their batch forms), recover expired leases (reap), advance schedules (tick) and look jobs up (job, wait, watch); no access to the jobs table. Owner or superuser only.';
 REVOKE ALL ON FUNCTION jobq.grant_worker(regrole) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.grant_worker(regrole) TO @extowner@;
 

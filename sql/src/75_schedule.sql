@@ -566,6 +566,7 @@ CREATE TABLE jobq.schedule_settings (
     next_at      timestamptz NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
     updated_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    task         text,  -- 0.9.0
     CONSTRAINT schedule_settings_pkey PRIMARY KEY (name)
 );
 -- Serves jobq.tick: the schedules due, one probe when none is.
@@ -586,6 +587,7 @@ COMMENT ON COLUMN jobq.schedule_settings.catch_up IS 'What a tick does with occu
 COMMENT ON COLUMN jobq.schedule_settings.next_at IS 'The first occurrence not yet enqueued.';
 COMMENT ON COLUMN jobq.schedule_settings.created_at IS 'When the schedule was first created.';
 COMMENT ON COLUMN jobq.schedule_settings.updated_at IS 'When it was last created or replaced.';
+COMMENT ON COLUMN jobq.schedule_settings.task IS 'The task of its jobs (the job type a worker dispatches on); NULL: plain jobs.';
 
 -- pg_dump keeps the schedules, like the jobs.
 SELECT pg_catalog.pg_extension_config_dump('jobq.schedule_settings', '');
@@ -614,7 +616,7 @@ GRANT EXECUTE ON FUNCTION jobq._schedule_next(text, text, interval, timestamptz)
 CREATE VIEW jobq.schedules AS
 SELECT s.name, s.queue, s.payload, s.cron, s.timezone, s.every, s.priority, s.max_attempts, s.headers,
        s.catch_up, jobq._schedule_next(s.cron, s.timezone, s.every, pg_catalog.now()) AS next_run,
-       s.next_at, s.created_at, s.updated_at
+       s.next_at, s.created_at, s.updated_at, s.task
   FROM jobq.schedule_settings AS s;
 COMMENT ON VIEW jobq.schedules IS 'Every schedule, with its next occurrence after now().';
 COMMENT ON COLUMN jobq.schedules.name IS 'The schedule''s name.';
@@ -631,6 +633,7 @@ COMMENT ON COLUMN jobq.schedules.next_run IS 'Its next occurrence after now().';
 COMMENT ON COLUMN jobq.schedules.next_at IS 'The first occurrence not yet enqueued (past: missed, caught up by the next tick).';
 COMMENT ON COLUMN jobq.schedules.created_at IS 'When it was first created.';
 COMMENT ON COLUMN jobq.schedules.updated_at IS 'When it was last created or replaced.';
+COMMENT ON COLUMN jobq.schedules.task IS 'The task of its jobs (NULL: plain jobs).';
 REVOKE ALL ON TABLE jobq.schedules FROM PUBLIC;
 GRANT SELECT ON TABLE jobq.schedules TO @extowner@;
 
@@ -672,23 +675,24 @@ GRANT EXECUTE ON FUNCTION jobq._cancel_occurrences(text, text) TO @extowner@;
 
 /*
  * jobq.schedule(name, queue, payload, cron, timezone, every, priority,
- * max_attempts, headers, catch_up): the schedule's row of jobq.schedules.
+ * max_attempts, headers, catch_up, task): the schedule's row of
+ * jobq.schedules (its task last).
  * Creates the schedule name, or replaces it: then the queued occurrences
  * of the old definition (not yet started: running ones finish) are
  * cancelled, and the new one starts afresh, its first occurrence the first
  * after now() (no catch-up at creation).  Exactly one of cron (five fields,
  * evaluated in timezone) and every (occurrences at the multiples of it
  * since the Unix epoch).  Each occurrence becomes a job of queue with
- * payload, priority, max_attempts and headers (plus "schedule": name and
- * "occurrence": its time), enqueued by jobq.tick.  Locks the schedule's
- * row, and the queued jobs it cancels.  Raises 22004 (NULL name, queue,
- * payload, timezone, priority or catch_up), 22023 (name not 1 to 200
- * characters; bad queue name; payload or headers not a JSON object;
- * neither or both of cron and every; a bad cron, naming the field, or one
- * that never matches; an unknown timezone; every not whole seconds from 1
- * second to 366 days, or with months; priority or max_attempts out of
- * range; catch_up not latest, all or skip), 54000 (payload or headers
- * over 1 MiB).
+ * payload, priority, max_attempts, headers (plus "schedule": name and
+ * "occurrence": its time) and task (0.9.0; NULL: plain jobs), enqueued by
+ * jobq.tick.  Locks the schedule's row, and the queued jobs it cancels.
+ * Raises 22004 (NULL name, queue, payload, timezone, priority or
+ * catch_up), 22023 (name not 1 to 200 characters; bad queue name; payload
+ * or headers not a JSON object; neither or both of cron and every; a bad
+ * cron, naming the field, or one that never matches; an unknown timezone;
+ * every not whole seconds from 1 second to 366 days, or with months;
+ * priority or max_attempts out of range; catch_up not latest, all or skip;
+ * a bad task name), 54000 (payload or headers over 1 MiB).
  */
 CREATE FUNCTION jobq.schedule(
     name         text,
@@ -700,7 +704,8 @@ CREATE FUNCTION jobq.schedule(
     priority     integer  DEFAULT 0,
     max_attempts integer  DEFAULT NULL,
     headers      jsonb    DEFAULT NULL,
-    catch_up     text     DEFAULT 'latest')
+    catch_up     text     DEFAULT 'latest',
+    task         text     DEFAULT NULL)
 RETURNS jobq.schedules
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 SET search_path = pg_catalog, pg_temp
@@ -749,18 +754,21 @@ BEGIN
         RAISE EXCEPTION 'catch_up must be latest, all or skip, got %', quote_literal(left(schedule.catch_up, 80))
             USING ERRCODE = '22023';
     END IF;
+    IF schedule.task IS NOT NULL THEN
+        PERFORM jobq._check_task(schedule.task);
+    END IF;
 
     SELECT s.queue INTO old_queue FROM jobq.schedule_settings AS s WHERE s.name = schedule.name FOR UPDATE;
     INSERT INTO jobq.schedule_settings AS s (name, queue, payload, cron, timezone, every, priority, max_attempts,
-                                             headers, catch_up, next_at)
+                                             headers, catch_up, next_at, task)
     VALUES (schedule.name, schedule.queue, schedule.payload, schedule.cron, schedule.timezone, schedule.every,
             schedule.priority, schedule.max_attempts, schedule.headers, schedule.catch_up,
-            jobq._schedule_next(schedule.cron, schedule.timezone, schedule.every, now()))
+            jobq._schedule_next(schedule.cron, schedule.timezone, schedule.every, now()), schedule.task)
     ON CONFLICT ON CONSTRAINT schedule_settings_pkey DO UPDATE
        SET queue = excluded.queue, payload = excluded.payload, cron = excluded.cron,
            timezone = excluded.timezone, every = excluded.every, priority = excluded.priority,
            max_attempts = excluded.max_attempts, headers = excluded.headers, catch_up = excluded.catch_up,
-           next_at = excluded.next_at, updated_at = now();
+           next_at = excluded.next_at, updated_at = now(), task = excluded.task;
     -- the row is ours until the commit (ticks skip it): whatever is queued
     -- for the name now belongs to an older definition
     PERFORM jobq._cancel_occurrences(schedule.name, schedule.queue);
@@ -772,10 +780,10 @@ BEGIN
     RETURN outcome;
 END
 $$;
-COMMENT ON FUNCTION jobq.schedule(text, text, jsonb, text, text, interval, integer, integer, jsonb, text) IS
-    'Create or replace a schedule: a cron expression in a time zone, or a period (every); jobq.tick enqueues its occurrences as jobs of queue. A replace cancels the old definition''s queued occurrences. Returns its row of jobq.schedules.';
-REVOKE ALL ON FUNCTION jobq.schedule(text, text, jsonb, text, text, interval, integer, integer, jsonb, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.schedule(text, text, jsonb, text, text, interval, integer, integer, jsonb, text) TO @extowner@;
+COMMENT ON FUNCTION jobq.schedule(text, text, jsonb, text, text, interval, integer, integer, jsonb, text, text) IS
+    'Create or replace a schedule: a cron expression in a time zone, or a period (every); jobq.tick enqueues its occurrences as jobs of queue, with its payload, priority, max_attempts, headers and task. A replace cancels the old definition''s queued occurrences. Returns its row of jobq.schedules.';
+REVOKE ALL ON FUNCTION jobq.schedule(text, text, jsonb, text, text, interval, integer, integer, jsonb, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.schedule(text, text, jsonb, text, text, interval, integer, integer, jsonb, text, text) TO @extowner@;
 
 /*
  * jobq.unschedule(name): true when the schedule existed.  Deletes it and
@@ -808,8 +816,10 @@ GRANT EXECUTE ON FUNCTION jobq.unschedule(text) TO @extowner@;
 
 /*
  * jobq._enqueue_occurrence(schedule, occurrence, run_at): 1 when it
- * enqueued the occurrence as a job, 0 when a job of it exists already
- * (its unique key 'cron:<name>:<epoch seconds>', kept until done).
+ * enqueued the occurrence as a job (with the schedule's payload, priority,
+ * max_attempts, headers and task), 0 when a job of it exists already (its
+ * unique key 'cron:<name>:<epoch seconds>', kept until done).  Locks and
+ * raises what jobq.enqueue does.
  */
 CREATE FUNCTION jobq._enqueue_occurrence(schedule jobq.schedule_settings, occurrence timestamptz, run_at timestamptz)
 RETURNS integer
@@ -832,7 +842,8 @@ AS $$
                                    || jsonb_build_object(
                                           'schedule', (_enqueue_occurrence.schedule).name,
                                           'occurrence', to_char(_enqueue_occurrence.occurrence AT TIME ZONE 'UTC',
-                                                                'YYYY-MM-DD"T"HH24:MI:SS"Z"')))
+                                                                'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
+                   task         => (_enqueue_occurrence.schedule).task)
                 IS NULL THEN 0 ELSE 1 END
 $$;
 COMMENT ON FUNCTION jobq._enqueue_occurrence(jobq.schedule_settings, timestamptz, timestamptz) IS

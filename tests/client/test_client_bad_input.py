@@ -27,13 +27,13 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.pq import TransactionStatus
+from throwaway_pg import ThrowawayPostgres
 
 import pgjobq
 from pgjobq import WorkerSettings
 
 from helpers.processes import run_cli
 from helpers.sqlhelpers import Connect, make_stale
-from throwaway_pg import ThrowawayPostgres
 
 Conn = psycopg.Connection[Any]
 

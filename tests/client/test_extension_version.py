@@ -2,8 +2,9 @@
 
 A database still at 0.3.0 (installed with ``CREATE EXTENSION pgjobq VERSION
 '0.3.0'``), or without pgjobq, is refused with one IncompatibleExtension
-naming what the package supports and what it found: by check_extension, by
-the Worker on connecting, and by every CLI command, before anything runs.
+naming what the package supports and what it found: by check_extension and
+by every one-shot CLI command, before anything runs.  A worker instead keeps
+trying (an operator may be mid-upgrade): tests/worker/test_extension_versions.py.
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from throwaway_pg import ThrowawayPostgres
 
 import pgjobq
-from pgjobq import IncompatibleExtension, Job, Worker, WorkerSettings
+from pgjobq import IncompatibleExtension
 
 from helpers.databases import connect_as, fresh_database
 from helpers.handlers import EXECUTIONS_DDL
 from helpers.processes import run_cli
 from helpers.sqlhelpers import Connect, Db, scalar
-from throwaway_pg import ThrowawayPostgres
 
 OLD = "0.3.0"
 
@@ -81,30 +82,16 @@ def test_check_extension_says_when_the_database_has_no_pgjobq(db: Db, pg_server:
     assert "CREATE EXTENSION pgjobq" in message
 
 
-def test_worker_on_a_0_3_0_database_raises_from_run_and_runs_no_job(old_database: Db, old_dsn: str) -> None:
-    ran: list[Job] = []
-    worker = Worker(old_dsn, ran.append, WorkerSettings(burst=True, listen=False))
-
-    with pytest.raises(IncompatibleExtension, match=OLD):
-        worker.run(install_signal_handlers=False)
-
-    assert ran == []
-    assert worker.processed == 0
-    assert job_untouched(old_database)
-
-
 @pytest.mark.parametrize(
     "args",
     [
         ("stats",),
         ("enqueue", "default", "{}"),
         ("reap",),
-        ("worker", "helpers.handlers:record", "--burst", "--log-level", "WARNING"),
-        ("worker", "helpers.handlers:record", "--burst"),
     ],
-    ids=["stats", "enqueue", "reap", "worker", "worker-at-info"],
+    ids=["stats", "enqueue", "reap"],
 )
-def test_cli_command_on_a_0_3_0_database_prints_one_line_and_exits_1(
+def test_cli_one_shot_command_on_a_0_3_0_database_prints_one_line_and_exits_1(
     old_database: Db, old_dsn: str, args: tuple[str, ...]
 ) -> None:
     result = run_cli(old_dsn, *args)
@@ -116,28 +103,3 @@ def test_cli_command_on_a_0_3_0_database_prints_one_line_and_exits_1(
     assert result.stdout == ""
     assert scalar(old_database, "SELECT count(*) FROM jobq.jobs") == 1  # enqueue added nothing
     assert job_untouched(old_database)
-
-
-def test_the_same_worker_runs_once_the_extension_is_updated(old_database: Db, old_dsn: str) -> None:
-    ran: list[Job] = []
-    worker = Worker(old_dsn, ran.append, WorkerSettings(burst=True, listen=False))
-    with pytest.raises(IncompatibleExtension):
-        worker.run(install_signal_handlers=False)
-
-    old_database.execute("ALTER EXTENSION pgjobq UPDATE")
-    worker.run(install_signal_handlers=False)
-
-    assert [job.attempts for job in ran] == [1]
-    assert scalar(old_database, "SELECT status FROM jobq.jobs") == "done"
-
-
-def test_the_same_cli_worker_runs_once_the_extension_is_updated(old_database: Db, old_dsn: str) -> None:
-    command = ("worker", "helpers.handlers:record", "--burst")
-    assert run_cli(old_dsn, *command).returncode == 1
-
-    old_database.execute("ALTER EXTENSION pgjobq UPDATE")
-    result = run_cli(old_dsn, *command)
-
-    assert result.returncode == 0, result.stderr
-    assert scalar(old_database, "SELECT status FROM jobq.jobs") == "done"
-    assert scalar(old_database, "SELECT count(*) FROM executions") == 1

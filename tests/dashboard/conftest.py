@@ -1,4 +1,5 @@
-"""Fixtures of the dashboard's tests: the app under Starlette's TestClient, and a real uvicorn server."""
+"""Fixtures of the dashboard's tests: the app under Starlette's TestClient, a real uvicorn server, and a
+database at the extension version before tasks."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ from typing import Any
 
 import pytest
 import uvicorn
+from psycopg import sql
 from starlette.testclient import TestClient
+from throwaway_pg import ThrowawayPostgres
 
 from pgjobq.dashboard import create_app
 
+from helpers.databases import connect_as, fresh_database
+from helpers.sqlhelpers import Db
+
 ORIGIN = "http://127.0.0.1"
+BEFORE_TASKS = "0.8.0"  # the last extension version whose jobs have no task
 
 MakeClient = Callable[..., TestClient]
 ServeDashboard = Callable[..., str]
@@ -85,3 +92,18 @@ def serve_dashboard(dsn: str) -> Iterator[ServeDashboard]:
     yield serve
     for server in running:
         server.stop()
+
+
+@pytest.fixture
+def db_before_tasks(db: Db, pg_server: ThrowawayPostgres) -> Iterator[Db]:
+    """A database of its own with the pgjobq extension 0.8.0 (its jobs have no task), connected; dropped
+    after the test."""
+    with fresh_database(db) as dbname, connect_as(pg_server, dbname) as conn:
+        conn.execute(sql.SQL("CREATE EXTENSION pgjobq VERSION {}").format(sql.Literal(BEFORE_TASKS)))
+        yield conn
+
+
+@pytest.fixture
+def dsn_before_tasks(db_before_tasks: Db, pg_server: ThrowawayPostgres) -> str:
+    """The connection string of db_before_tasks' database."""
+    return pg_server.dsn(db_before_tasks.info.dbname)

@@ -21,7 +21,9 @@ from pathlib import Path
 import psycopg
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "tools"), str(REPO / "tests")]
+sys.path.insert(0, str(REPO / "tests"))  # run as a program: dashboard.conftest, dashboard.test_browser
+
+from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
 import pgjobq  # noqa: E402
 from pgjobq import Job, Worker, WorkerSettings  # noqa: E402
@@ -29,7 +31,6 @@ from pgjobq.dashboard import create_app  # noqa: E402
 
 from dashboard.conftest import RunningServer  # noqa: E402
 from dashboard.test_browser import ARGS, CHROMIUM  # noqa: E402
-from throwaway_pg import ThrowawayPostgres  # noqa: E402
 
 
 def handle(job: Job) -> None:

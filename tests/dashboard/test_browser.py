@@ -139,6 +139,26 @@ def test_retrying_a_failed_job_from_its_page(db: Db, serve_dashboard: ServeDashb
     assert scalar(db, "SELECT status FROM jobq.jobs WHERE id = %s", (job_id,)) == "queued"
 
 
+def test_filtering_the_jobs_by_task_from_the_browser(
+    db: Db, serve_dashboard: ServeDashboard, page: Page
+) -> None:
+    welcome = {enqueue(db, "emails", {}, task="send_welcome") for _ in range(3)}
+    enqueue(db, "emails", {}, task="send_reminder")
+    enqueue(db, "emails", {})
+    url = serve_dashboard()
+    page.goto(url + "/jobs")
+    rows = page.locator("tr[data-job]")
+    expect(rows).to_have_count(5)
+
+    page.locator('form.search input[name="task"]').fill("send_welcome")
+    page.locator('form.search button[type="submit"]').click()
+
+    page.wait_for_url(re.compile(r"/jobs\?.*task=send_welcome"))
+    expect(rows).to_have_count(3)
+    assert {int(rows.nth(n).get_attribute("data-job") or "") for n in range(3)} == welcome
+    assert page.locator('td[data-field="task"]').all_inner_texts() == ["send_welcome"] * 3
+
+
 def test_a_script_payload_renders_inert(db: Db, serve_dashboard: ServeDashboard, page: Page) -> None:
     evil = "<script>window.pwned = 1; alert('payload')</script><img src='x' onerror='window.pwned = 2'>"
     job_id = fail_for_good(db, "emails", evil)

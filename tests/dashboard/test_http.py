@@ -194,6 +194,107 @@ def test_schedules_show_their_next_run(db: Db, make_client: MakeClient) -> None:
     assert "<code>0 3 * * *</code>" in page and "every 1.5 min" in page
 
 
+# -- tasks (extension 0.9.0) and the version before them --------------------------------
+
+
+def shown_ids(client: TestClient, path: str) -> set[int]:
+    """The ids of the jobs the listing at path shows."""
+    return {int(i) for i in re.findall(r'<tr data-job="(\d+)">', client.get(path, headers=HTML).text)}
+
+
+def test_the_jobs_listing_shows_each_job_s_task(db: Db, make_client: MakeClient) -> None:
+    enqueue(db, "emails", {}, task="send_welcome")
+    enqueue(db, "billing", {}, task="billing.invoice:v2")
+    enqueue(db, "emails", {})
+
+    page = make_client().get("/jobs", headers=HTML).text
+
+    shown = dict(re.findall(r'<tr data-job="(\d+)">.*?<td data-field="task">([^<]*)</td>', page, re.DOTALL))
+    expected = db.execute("SELECT id::text AS id, coalesce(task, '') AS task FROM jobq.jobs").fetchall()
+    assert shown == {row["id"]: row["task"] for row in expected}
+    assert "<th>queue</th><th>task</th><th>status</th>" in page
+
+
+def test_jobs_are_found_by_task(db: Db, make_client: MakeClient) -> None:
+    welcome = [enqueue(db, "emails", {}, task="send_welcome") for _ in range(2)]
+    other_queue = enqueue(db, "signups", {}, task="send_welcome")
+    enqueue(db, "emails", {}, task="send_reminder")
+    enqueue(db, "emails", {})
+    client = make_client()
+
+    assert shown_ids(client, "/jobs?task=send_welcome") == {*welcome, other_queue}
+    assert shown_ids(client, "/jobs?task=send_welcome&queue=emails") == set(welcome)
+    assert shown_ids(client, "/jobs?task=send_welcome&status=queued&queue=signups") == {other_queue}
+    assert shown_ids(client, "/jobs?task=never_enqueued") == set()
+
+
+def test_the_task_filter_is_kept_by_the_status_tabs_and_the_search_form(
+    db: Db, make_client: MakeClient
+) -> None:
+    enqueue(db, "emails", {}, task="billing.invoice:v2")
+
+    page = make_client().get("/jobs?task=billing.invoice:v2&queue=emails", headers=HTML).text
+
+    assert '<a href="/jobs?queue=emails&amp;task=billing.invoice%3Av2" aria-current="page">all</a>' in page
+    assert 'href="/jobs?status=failed&amp;queue=emails&amp;task=billing.invoice%3Av2"' in page
+    assert '<input name="task" value="billing.invoice:v2" size="14">' in page
+
+
+def test_a_task_filter_that_is_no_task_name_is_a_400_naming_it(make_client: MakeClient) -> None:
+    client = make_client()
+    for bad in ("9lives", "send welcome", "<script>", "x" * 201):
+        response = client.get("/jobs", params={"task": bad}, headers=HTML)
+        assert response.status_code == 400, bad
+        assert "task is not valid: expected a task name" in response.text, bad
+        assert "<script>" not in response.text
+
+
+def test_a_job_s_page_shows_its_task_leading_to_the_jobs_of_that_task(
+    db: Db, make_client: MakeClient
+) -> None:
+    task_job = enqueue(db, "emails", {}, task="send_welcome")
+    plain_job = enqueue(db, "emails", {})
+    client = make_client()
+
+    task_page = client.get(f"/jobs/{task_job}", headers=HTML).text
+    plain_page = client.get(f"/jobs/{plain_job}", headers=HTML).text
+
+    assert '<dd data-field="task"><a href="/jobs?task=send_welcome">send_welcome</a></dd>' in task_page
+    assert '<dd data-field="task">— <span class="dim">(a plain job)</span></dd>' in plain_page
+
+
+def test_on_extension_0_8_0_every_page_works_without_tasks(
+    db_before_tasks: Db, dsn_before_tasks: str, make_client: MakeClient
+) -> None:
+    failed = fail_for_good(db_before_tasks, "emails", "boom")
+    queued = enqueue(db_before_tasks, "emails", {})
+    db_before_tasks.execute("SELECT jobq.schedule('nightly', 'reports', cron => '0 3 * * *')")
+    client = make_client(dsn=dsn_before_tasks, allow_actions=True)
+    paths = ("/", "/jobs", "/jobs?status=failed&queue=emails", f"/jobs/{failed}", "/schedules",
+             "/api/queues", "/api/history")  # fmt: skip
+
+    pages = {path: client.get(path, headers=HTML) for path in paths}
+
+    assert {path: page.status_code for path, page in pages.items()} == dict.fromkeys(paths, 200)
+    assert "pgjobq 0.8.0" in pages["/"].text
+    assert shown_ids(client, "/jobs") == {failed, queued}
+    assert shown_ids(client, "/jobs?status=failed&queue=emails") == {failed}
+    assert "<th>task</th>" not in pages["/jobs"].text and 'name="task"' not in pages["/jobs"].text
+    assert 'data-field="task"' not in pages["/jobs"].text + pages[f"/jobs/{failed}"].text
+    assert "boom" in pages[f"/jobs/{failed}"].text and "nightly" in pages["/schedules"].text
+    assert cell(pages["/"].text, "emails", "failed") == "1"
+
+
+def test_on_extension_0_8_0_a_task_filter_is_a_400_saying_tasks_need_0_9_0(
+    dsn_before_tasks: str, make_client: MakeClient
+) -> None:
+    response = make_client(dsn=dsn_before_tasks).get("/jobs?task=send_welcome", headers=HTML)
+
+    assert response.status_code == 400
+    assert "task is not a filter of this database" in response.text
+    assert "pgjobq extension 0.9.0 on, and it has 0.8.0" in response.text
+
+
 # -- the history behind the charts ----------------------------------------------------
 
 

@@ -1,15 +1,14 @@
-"""What the tests share: fixtures, SQL helpers, worker handlers, process helpers and the chaos harness.
+"""What the tests share: fixtures, SQL helpers, worker handlers and process helpers.
 
 - ``fixtures``: the pytest fixtures (a plugin loaded by tests/conftest.py);
+- ``working_tree``: the working tree's extension, built from sql/src, in every server the tests start;
 - ``sqlhelpers``: ``Db``, ``Connect`` and small helpers for tests that speak SQL;
 - ``databases``: extra roles, databases and connections on the test server;
 - ``processes``: the pgjobq CLI and workers as real processes;
-- ``handlers`` and ``chaos_handlers``: the handlers those workers run
-  (``helpers.handlers:NAME``, ``helpers.chaos_handlers:run``);
-- ``chaos``: the chaos run, a program (``make chaos``) and the module tests/worker/test_chaos.py uses;
-- ``netns`` and ``delay_line``: test hosts made of network namespaces, with nftables faults and a delay
-  line of TUN devices; ``chaos_net``: the network chaos run on them (``make chaos-net``,
-  tests/worker/test_chaos_net.py);
-- ``failover``: a primary, a streaming standby and a failover under load (``make chaos-failover``,
-  tests/worker/test_failover.py).
+- ``handlers`` and ``async_handlers``: the handlers those workers run (``helpers.handlers:NAME``);
+- ``required``: the groups of tests that skip where the machine cannot run them, or fail where required;
+- ``pythons``: the Python interpreters of this machine that pgjobq supports;
+- ``fake_debian``: stand-ins for dpkg-query, apt-get, apt-cache and id (tests/install/test_ensure_deps.py).
+
+The chaos harnesses and their tests are a room of their own: tests/chaos.
 """

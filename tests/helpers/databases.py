@@ -9,9 +9,9 @@ from contextlib import contextmanager
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
+from throwaway_pg import ThrowawayPostgres
 
 from helpers.sqlhelpers import Db
-from throwaway_pg import ThrowawayPostgres
 
 __all__ = ["connect_as", "fresh_database", "login_role", "unique_name"]
 

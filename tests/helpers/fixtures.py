@@ -7,23 +7,28 @@ after it (Clones).  The servers keep their data in memory where the machine has
 a tmpfs with room (in_memory).  tests/conftest.py loads this module
 (pytest_plugins), so every test folder has these fixtures.
 
-Targets: every test runs on the machine's own PostgreSQL (Debian's 15, where
-``make install`` put the extension).  The tests of the SQL API
-(tests/sql), the isolation specs and the install and upgrade tests
-(tests/isolation, tests/install/test_installation.py) also run on every
-other supported major, 13 to 18 (server builds fetched by
-tools/pg_versions.py, with the extension's files copied into a private copy
-of each), and the bad-input table and the state machine of tests/sql once
+Targets: every test runs on the machine's own PostgreSQL (Debian's 15).  The
+tests of the SQL API (tests/sql), the isolation specs and the install and
+upgrade tests (tests/isolation, tests/install/test_installation.py) also run
+on every other supported major, 13 to 18 (server builds fetched by
+tools/pg_versions.py), unless ``--own-major`` (``make check``) keeps them to
+the machine's, and the bad-input table and the state machine of tests/sql once
 more on a database installed at the first release and upgraded with ALTER
 EXTENSION (ON_THE_UPGRADED_INSTALL).  A major that cannot be had here is
 skipped, with the reason, for every test that needs it; where the run requires
 the majors (``PGJOBQ_REQUIRE``, helpers/required.py) it fails them instead, and
 a download that is not the recorded build (pg_versions.IntegrityError) fails
 them everywhere.
+
+Every server runs the working tree's SQL, built from sql/src when the session
+starts (helpers/working_tree.py): the machine's own major from a private copy
+of it made for the session, each other major from a private copy of its build,
+never from what ``make install`` installed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tempfile
@@ -33,26 +38,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pg_versions
 import psycopg
 import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 from pytest_postgresql.executors import NoopExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
+from throwaway_pg import ThrowawayPostgres, find_bindir
 
 from pgjobq import Job, Worker, WorkerSettings
 
-import pg_versions
-from helpers import required
+from helpers import required, working_tree
 from helpers.processes import StartWorker, WorkerProcess
 from helpers.sqlhelpers import Connect, Db
-from throwaway_pg import ThrowawayPostgres, find_bindir
 
-__all__ = ["FIRST_RELEASE", "RELEASED", "REPO_ROOT", "RunWorker", "Target", "extension_files", "once_per_run"]
+__all__ = ["FIRST_RELEASE", "RELEASED", "REPO_ROOT", "RunWorker", "Target", "once_per_run"]
 
 RunWorker = Callable[[str, Callable[[Job], object], WorkerSettings], Worker]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# the session's copy of the machine's PostgreSQL with the working tree's extension (working_tree)
+WORKING_TREE = pytest.StashKey[contextlib.ExitStack]()
 
 
 def released_versions() -> list[str]:
@@ -96,10 +103,11 @@ def main_major() -> int:
 ON_THE_UPGRADED_INSTALL = {"test_bad_input.py", "test_state_machine.py"}
 
 
-def targets_for(path: Path) -> list[Target]:
-    """The targets of the tests in the file at path."""
+def targets_for(path: Path, *, other_majors: bool = True) -> list[Target]:
+    """The targets of the tests in the file at path (the machine's major only, without other_majors)."""
     layer = path.relative_to(REPO_ROOT / "tests").parts[0]
-    others = [Target(major) for major in pg_versions.MAJORS if major != main_major()]
+    majors = pg_versions.MAJORS if other_majors else ()
+    others = [Target(major) for major in majors if major != main_major()]
     if layer == "sql":
         upgraded = [Target(upgraded_from=FIRST_RELEASE)] if path.name in ON_THE_UPGRADED_INSTALL else []
         return [Target(), *upgraded, *others]
@@ -135,10 +143,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help=f"groups of tests that must not skip, comma-separated, or all: {', '.join(required.GROUPS)}"
         f" (default: ${required.ENVIRONMENT})",
     )
+    parser.addoption(
+        "--own-major",
+        action="store_true",
+        help="run the tests on the machine's own PostgreSQL only, leaving the other majors out (make check)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """--require is checked at once and handed on as PGJOBQ_REQUIRE (pytest-xdist workers, nested runs)."""
+    """--require is checked at once and handed on as PGJOBQ_REQUIRE (pytest-xdist workers, nested runs);
+    the servers of the session get the working tree's extension (working_tree), handed on the same way."""
     value = config.getoption("--require")
     if value is None:
         value = os.environ.get(required.ENVIRONMENT, "")
@@ -147,11 +161,31 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from exc
     os.environ[required.ENVIRONMENT] = value
+    try:
+        find_bindir()
+    except RuntimeError:  # no PostgreSQL server here: the tests that need one fail, saying so
+        return
+    config.stash[WORKING_TREE] = stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(working_tree.servers_run_the_working_tree())
+    except pg_versions.Unavailable as exc:
+        raise pytest.UsageError(f"cannot give the test servers the working tree's extension: {exc}") from exc
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's copy of the machine's PostgreSQL goes (its servers are stopped by then)."""
+    stack = config.stash.get(WORKING_TREE, None)
+    if stack is not None:
+        stack.close()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
     groups = sorted(required.required())
-    return f"required groups ({required.ENVIRONMENT}): {', '.join(groups) if groups else 'none'}"
+    lines = [f"required groups ({required.ENVIRONMENT}): {', '.join(groups) if groups else 'none'}"]
+    copy = os.environ.get(working_tree.COPY)
+    if copy is not None:
+        lines.append(f"servers: pgjobq {working_tree.current_version()} from sql/src, in a copy at {copy}")
+    return lines
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -185,7 +219,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "target" in metafunc.fixturenames:
-        targets = targets_for(Path(metafunc.definition.path))
+        targets = targets_for(
+            Path(metafunc.definition.path), other_majors=not metafunc.config.getoption("own_major")
+        )
         if metafunc.definition.get_closest_marker("main_targets") is not None:
             # a second pass over what the other majors already ran: the machine's major, fresh and upgraded
             targets = [t for t in targets if t.major is None]
@@ -196,14 +232,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def target(request: pytest.FixtureRequest) -> Target:
     """The target of this test (see the module docstring)."""
     return getattr(request, "param", Target())
-
-
-def extension_files() -> list[Path]:
-    """What `make install` installs: the control file, the built script, the released scripts and steps."""
-    built = sorted(REPO_ROOT.glob("sql/pgjobq--*.sql"))
-    if not built:
-        pytest.fail("sql/pgjobq--<version>.sql is missing: run make build (make test does)")
-    return [REPO_ROOT / "pgjobq.control", *built, *sorted(REPO_ROOT.glob("sql/updates/pgjobq--*.sql"))]
 
 
 # The test servers keep their data in memory where the machine has room for it in a tmpfs: there a
@@ -236,7 +264,9 @@ def throwaway_server(bindir: Path | None = None) -> ThrowawayPostgres:
 
 @pytest.fixture(scope="session")
 def pg_server(target: Target) -> Iterator[ThrowawayPostgres]:
-    """A PostgreSQL server of our own for the target, for the whole session."""
+    """A PostgreSQL server of our own for the target, for the whole session, with the working tree's
+    extension: the machine's major from the session's copy of it (pytest_configure), another from a
+    private copy of its build."""
     if target.major is None:
         with throwaway_server() as server:
             yield server
@@ -245,7 +275,8 @@ def pg_server(target: Target) -> Iterator[ThrowawayPostgres]:
     with tempfile.TemporaryDirectory(prefix=f"pgjobq-pg{target.major}-") as folder:
         Path(folder).chmod(0o755)
         try:
-            bindir = pg_versions.private_copy(target.major, Path(folder) / "programs", extension_files())
+            files = working_tree.extension_files(Path(folder) / "extension")
+            bindir = pg_versions.private_copy(target.major, Path(folder) / "programs", files)
         except pg_versions.Unavailable as exc:
             required.skip_or_fail("majors", f"PostgreSQL {target.major} is not available here: {exc}")
         with throwaway_server(bindir) as server:

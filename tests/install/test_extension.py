@@ -10,10 +10,10 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.errors import Diagnostic
+from throwaway_pg import ThrowawayPostgres
 
 from helpers.databases import connect_as, fresh_database, login_role
 from helpers.sqlhelpers import Db, scalar
-from throwaway_pg import ThrowawayPostgres
 
 # -- calling the functions ----------------------------------------------------
 
@@ -230,7 +230,7 @@ def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server
                 """
                 SELECT r.rolname,
                        has_function_privilege(r.oid, 'jobq.enqueue_many(text, jsonb[], integer, timestamptz,'
-                                              ' integer, text[], text, text, jsonb, text[])',
+                                              ' integer, text[], text, text, jsonb, text[], text)',
                                               'EXECUTE') AS enqueue,
                        has_function_privilege(r.oid, 'jobq.claim(text, integer, text, interval)',
                                               'EXECUTE') AS claim
@@ -248,7 +248,7 @@ def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server
 LEVEL_PRIVILEGES = """
     SELECT r.rolname,
            has_function_privilege(r.oid, 'jobq.enqueue(text, jsonb, integer, timestamptz, integer,'
-                                         ' text, text, text, jsonb, text, bigint[], text)', 'EXECUTE')
+                                         ' text, text, text, jsonb, text, bigint[], text, text)', 'EXECUTE')
                AS enqueue,
            has_function_privilege(r.oid, 'jobq.enqueue_flow(text, jsonb)', 'EXECUTE') AS enqueue_flow,
            has_function_privilege(r.oid, 'jobq.claim_any(text[], integer, text, interval)', 'EXECUTE')
@@ -258,6 +258,8 @@ LEVEL_PRIVILEGES = """
            has_function_privilege(r.oid, 'jobq.complete_and_claim(bigint[], bigint[], text, integer, text,'
                                          ' interval, jsonb[])', 'EXECUTE') AS complete_and_claim,
            has_function_privilege(r.oid, 'jobq.snooze(bigint, bigint, interval)', 'EXECUTE') AS snooze,
+           has_function_privilege(r.oid, 'jobq.fail(bigint, text, bigint, interval, boolean)', 'EXECUTE')
+               AS fail,
            has_function_privilege(r.oid, 'jobq.reap(interval)', 'EXECUTE') AS reap,
            has_function_privilege(r.oid, 'jobq.version()', 'EXECUTE') AS version
       FROM pg_roles AS r WHERE r.rolname IN (%s, %s) ORDER BY r.rolname = %s DESC
@@ -287,6 +289,7 @@ def test_after_an_upgrade_by_a_superuser_pg_dump_and_restore_keep_the_levels_gra
         "claim": False,
         "complete_and_claim": False,
         "snooze": False,
+        "fail": False,
         "reap": False,
         "version": True,
     }
@@ -298,6 +301,7 @@ def test_after_an_upgrade_by_a_superuser_pg_dump_and_restore_keep_the_levels_gra
         "claim": True,
         "complete_and_claim": True,
         "snooze": True,
+        "fail": True,
         "reap": True,
         "version": True,
     }

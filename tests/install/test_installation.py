@@ -13,11 +13,11 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from throwaway_pg import ThrowawayPostgres
 
 from helpers.databases import connect_as, fresh_database, login_role
 from helpers.fixtures import RELEASED
 from helpers.sqlhelpers import Db, record_notices, scalar
-from throwaway_pg import ThrowawayPostgres
 
 OLDEST_VERSION = RELEASED[0]
 
@@ -270,13 +270,15 @@ def test_roles_given_a_level_before_the_upgrade_keep_it_with_the_new_functions(
     # (the step to 0.4.0 for both roles, the step to 0.5.0 for the worker's jobq.wait, the step to
     # 0.6.0 for both: their replaced functions and jobq.job; the step to 0.7.0 for both: the producer's
     # new jobq.enqueue and enqueue_flow, the worker's claim_any; the step to 0.8.0 for the worker's
-    # jobq.metrics)
-    to_040, to_050, to_060, to_070, to_080 = [message for message in warnings if "granted" in message]
+    # jobq.metrics; the step to 0.9.0 for both: the producer's jobq.enqueue and the worker's jobq.fail,
+    # which gained task and retry)
+    to_040, to_050, to_060, to_070, to_080, to_090 = [message for message in warnings if "granted" in message]
     assert producer in to_040 and worker in to_040
     assert worker in to_050 and producer not in to_050 and "jobq.wait" in to_050
     assert producer in to_060 and worker in to_060 and "jobq.enqueue" in to_060
     assert producer in to_070 and worker in to_070 and "enqueue_flow" in to_070
     assert worker in to_080 and producer not in to_080 and "jobq.metrics" in to_080
+    assert producer in to_090 and worker in to_090 and "fail" in to_090
 
 
 @pytest.mark.main_targets  # the comparison is under test here, not the major

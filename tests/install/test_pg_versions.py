@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pg_versions
 import pytest
 
-import pg_versions
 from helpers import required
 from helpers.fixtures import REPO_ROOT
 from helpers.pythons import SUPPORTED, SYSTEM_PYTHON, interpreter
@@ -278,3 +278,49 @@ def test_a_file_that_cannot_be_hard_linked_is_copied(
     pg_versions.link_or_copy(str(source), str(tmp_path / "copy"))
 
     assert (tmp_path / "copy").read_text() == "the server's program"
+
+
+def installed_server(root: Path) -> Path:
+    """A stand-in for an installed PostgreSQL laid out as Debian's under root (usr/lib/postgresql/15/bin,
+    usr/share/postgresql/15, usr/lib/postgresql/15/lib), with pgjobq files of an old make install and a
+    pg_config that tells where the folders are; its bin folder."""
+    bindir, share, lib = (root / "usr/lib/postgresql/15/bin", root / "usr/share/postgresql/15",
+                          root / "usr/lib/postgresql/15/lib")  # fmt: skip
+    for folder in (bindir, share / "extension", lib):
+        folder.mkdir(parents=True)
+    (bindir / "postgres").write_text("the server's program")
+    (bindir / "pg_config").write_text(f"#!/bin/sh\necho {share}\necho {lib}\n")
+    (bindir / "pg_config").chmod(0o755)
+    (lib / "plpgsql.so").write_text("a library")
+    (share / "extension" / "plpgsql.control").write_text("another extension")
+    (share / "extension" / "pgjobq.control").write_text("default_version = '0.1.0'")
+    (share / "extension" / "pgjobq--0.1.0.sql").write_text("-- installed long ago")
+    return bindir
+
+
+def test_an_installed_copy_keeps_the_servers_layout_with_the_given_extension_files(tmp_path: Path) -> None:
+    bindir = installed_server(tmp_path / "installed")
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "pgjobq.control").write_text("default_version = '0.9.0'")
+    (given / "pgjobq--0.9.0.sql").write_text("-- the working tree's")
+
+    copy_bin = pg_versions.installed_copy(tmp_path / "copy", sorted(given.iterdir()), bindir=bindir)
+
+    assert copy_bin == tmp_path / "copy/lib/postgresql/15/bin"
+    assert (copy_bin / "postgres").read_text() == "the server's program"
+    assert (tmp_path / "copy/lib/postgresql/15/lib/plpgsql.so").read_text() == "a library"
+    extension = tmp_path / "copy/share/postgresql/15/extension"
+    assert {path.name: path.read_text() for path in extension.iterdir()} == {
+        "plpgsql.control": "another extension",
+        "pgjobq.control": "default_version = '0.9.0'",
+        "pgjobq--0.9.0.sql": "-- the working tree's",
+    }
+
+
+def test_an_installed_server_without_pg_config_cannot_be_copied(tmp_path: Path) -> None:
+    bindir = installed_server(tmp_path / "installed")
+    (bindir / "pg_config").unlink()
+
+    with pytest.raises(pg_versions.Unavailable, match="no pg_config beside"):
+        pg_versions.installed_copy(tmp_path / "copy", [], bindir=bindir)

@@ -12,9 +12,7 @@ its script is checked to register exactly the bodies the plain scripts run.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,56 +20,23 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pg_versions
 import psycopg
 import pytest
 from install.test_installation import CATALOG, catalog
 from psycopg import sql
+from throwaway_pg import ThrowawayPostgres, find_bindir
 
 import pgjobq
 from pgjobq._install import plain as _sql_install
 
-import pg_versions
 from helpers.databases import connect_as, unique_name
 from helpers.fixtures import REPO_ROOT
 from helpers.sqlhelpers import Db, scalar
-from throwaway_pg import ThrowawayPostgres, find_bindir
 
 CURRENT = _sql_install.current_version()
 OLD = "0.4.0"  # the plain install that is upgraded
 ONLY_EXTENSIONS_HAVE = ("extension", "initial privileges")
-
-
-def _bare_copy(dest: Path) -> Path:
-    """A copy of the machine's PostgreSQL in dest (hard links) without pgjobq's files; its bin folder.
-
-    The server finds its share and lib folders relative to its own program
-    (Debian's /usr/lib/postgresql/N/bin and /usr/share/postgresql/N), so
-    the copy keeps their layout under dest.
-    """
-    bindir = find_bindir()
-    pg_config = bindir / "pg_config"
-    if not pg_config.exists():
-        pytest.fail(
-            f"no pg_config beside {bindir}/postgres: cannot tell where its share folder is "
-            "(Debian: install postgresql-server-dev-15, or run make deps)"
-        )
-    share, lib = subprocess.run(
-        [str(pg_config), "--sharedir", "--pkglibdir"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    root = Path(os.path.commonpath([bindir, share, lib]))
-    for folder in (bindir, Path(share), Path(lib)):
-        copy = dest / folder.relative_to(root)
-        shutil.copytree(
-            folder,
-            copy,
-            symlinks=True,
-            copy_function=pg_versions.link_or_copy,
-            ignore=lambda directory, names: [n for n in names if n.startswith("pgjobq")],
-        )
-    for path in [dest, *dest.rglob("*")]:  # the server's account walks these folders
-        if path.is_dir() and not path.is_symlink():
-            path.chmod(0o755)
-    return dest / bindir.relative_to(root)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +44,8 @@ def bare_server() -> Iterator[ThrowawayPostgres]:
     """A server of the machine's major with no pgjobq files: CREATE EXTENSION pgjobq cannot work there."""
     with tempfile.TemporaryDirectory(prefix="pgjobq-bare-") as folder:
         Path(folder).chmod(0o755)
-        bindir = _bare_copy(Path(folder) / "programs")  # an error here fails the tests: no skip
+        # a copy of the machine's PostgreSQL without pgjobq's files; an error here fails the tests: no skip
+        bindir = pg_versions.installed_copy(Path(folder) / "programs", extension_files=())
         with ThrowawayPostgres(fast=True, bindir=bindir) as server:
             yield server
 
@@ -161,14 +127,13 @@ def smoke(conn: Db) -> None:
     assert stats == [{"queue": "emails", "queued": 1, "done": 1, "failed": 0}]
 
 
-def test_the_current_script_the_package_puts_together_is_the_one_make_builds() -> None:
-    built = REPO_ROOT / "sql" / f"pgjobq--{CURRENT}.sql"
-    if not built.exists():
-        pytest.fail(f"{built} is missing: run make build")
+def test_the_current_script_the_package_puts_together_is_the_one_make_builds(tmp_path: Path) -> None:
+    built = tmp_path / f"pgjobq--{CURRENT}.sql"
+    subprocess.run(["make", "-s", "build", f"SCRIPT={built}"], cwd=REPO_ROOT, check=True, capture_output=True)
 
     assembled = _sql_install.install_parts(CURRENT)
 
-    # the package builds it from sql/src as the Makefile does, so the plain, the pg_tle and the
+    # the package builds it from sql/src with make build's builder, so the plain, the pg_tle and the
     # extension install all run the same text
     assert [part.sql for part in assembled] == [_sql_install.plain(built.read_text(), built.name)]
 

@@ -29,6 +29,8 @@ ATTEMPTS: dict[str, str] = {
     "enqueue_many with unique keys": (
         "SELECT jobq.enqueue_many('emails', ARRAY['{{}}']::jsonb[], unique_keys => ARRAY['k'])"
     ),
+    "enqueue with a task": "SELECT jobq.enqueue('emails', '{{}}', task => 'send_welcome')",
+    "enqueue_many with a task": "SELECT jobq.enqueue_many('emails', ARRAY['{{}}']::jsonb[], task => 'send')",
     "claim": "SELECT * FROM jobq.claim('emails', 1, 'w1')",
     "complete": "SELECT jobq.complete({held_id}, {held_lease}, '\"result\"')",
     "complete_many": (
@@ -36,6 +38,7 @@ ATTEMPTS: dict[str, str] = {
         " ARRAY['1']::jsonb[])"
     ),
     "fail": "SELECT jobq.fail({held_id}, 'boom', {held_lease}, retry_in => '1 s')",
+    "fail for good": "SELECT jobq.fail({held_id}, 'boom', {held_lease}, retry => false)",
     "snooze": "SELECT jobq.snooze({held_id}, {held_lease}, '1 minute')",
     "heartbeat": "SELECT jobq.heartbeat({held_id}, {held_lease})",
     "heartbeat_many": "SELECT jobq.heartbeat_many(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[])",
@@ -66,6 +69,9 @@ ATTEMPTS: dict[str, str] = {
     "health": "SELECT * FROM jobq.health",
     "queues": "SELECT * FROM jobq.queues",
     "schedules": "SELECT * FROM jobq.schedules",
+    "schedule with a task": (
+        "SELECT * FROM jobq.schedule('nightly', 'emails', every => '1 hour', task => 'send_report')"
+    ),
     "metrics": "SELECT * FROM jobq.metrics()",
     "grant_producer": "SELECT jobq.grant_producer({other_role})",
     "grant_worker": "SELECT jobq.grant_worker({other_role})",
@@ -98,11 +104,13 @@ PRODUCER = {
     "enqueue with job options",
     "enqueue_many",
     "enqueue_many with unique keys",
+    "enqueue with a task",
+    "enqueue_many with a task",
     "channel",
     "version",
 }
 WORKER = {
-    *("claim", "complete", "complete_many", "complete_and_claim", "fail", "snooze"),
+    *("claim", "complete", "complete_many", "complete_and_claim", "fail", "fail for good", "snooze"),
     *("heartbeat", "heartbeat_many", "heartbeat_status", "release", "wait for work", "reap"),
     "metrics",
     *LOOKUP,

@@ -12,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pg_versions
 import pytest
 
-import pg_versions
 from helpers import required
 from helpers.fixtures import REPO_ROOT, main_major
 

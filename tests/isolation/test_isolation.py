@@ -13,7 +13,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from throwaway_pg import ThrowawayPostgres, find_bindir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

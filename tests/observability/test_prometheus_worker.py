@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import typing
 from datetime import datetime, timedelta, timezone
 
 import httpx
+import pytest
 from prometheus_client import CollectorRegistry
 
 import pgjobq
-from pgjobq import Job, Retry, WorkerSettings
+from pgjobq import ConfigurationError, Job, Retry, WorkerSettings
 from pgjobq._worker.observe import WorkerObserver
 from pgjobq.prometheus import OUTCOMES, WorkerMetrics, start_worker_metrics
 
 from helpers.fixtures import RunWorker
 from helpers.handlers import EXECUTIONS_DDL
 from helpers.processes import StartWorker, wait_until
-from helpers.sqlhelpers import Db, statuses
+from helpers.sqlhelpers import Db, enqueue, statuses
 from observability.scraping import Samples, free_port, scrape
 
 
-def a_job(queue: str = "emails", job_id: int = 1) -> Job:
-    return Job(id=job_id, queue=queue, payload={}, priority=0, attempts=1, max_attempts=3, lease=1)
+def a_job(queue: str = "emails", job_id: int = 1, task: str | None = None) -> Job:
+    return Job(id=job_id, queue=queue, payload={}, priority=0, attempts=1, max_attempts=3, lease=1, task=task)
+
+
+PLAIN = {"queue": "emails", "task": ""}  # the labels of emails' plain jobs
 
 
 def test_worker_metrics_count_what_the_observer_is_told() -> None:
@@ -38,18 +43,15 @@ def test_worker_metrics_count_what_the_observer_is_told() -> None:
     metrics.reconnected()
 
     value = metrics.registry.get_sample_value
-    assert value("pgjobq_worker_jobs_finished_total", {"queue": "emails", "outcome": "done"}) == 1
-    assert value("pgjobq_worker_jobs_finished_total", {"queue": "emails", "outcome": "retried"}) == 1
-    assert value("pgjobq_worker_jobs_finished_total", {"queue": "emails", "outcome": "released"}) == 1
-    assert value("pgjobq_worker_jobs_finished_total", {"queue": "emails", "outcome": "failed"}) == 0
-    assert value("pgjobq_worker_handler_duration_seconds_count", {"queue": "emails", "outcome": "done"}) == 1
-    assert value("pgjobq_worker_handler_duration_seconds_sum", {"queue": "emails", "outcome": "done"}) == 0.25
-    assert (
-        value("pgjobq_worker_handler_duration_seconds_count", {"queue": "emails", "outcome": "released"})
-        is None
-    )
-    assert value("pgjobq_worker_wait_seconds_sum", {"queue": "emails"}) == 0.5
-    assert value("pgjobq_worker_claimed_jobs_total", {"queue": "emails"}) == 1
+    assert value("pgjobq_worker_jobs_finished_total", {**PLAIN, "outcome": "done"}) == 1
+    assert value("pgjobq_worker_jobs_finished_total", {**PLAIN, "outcome": "retried"}) == 1
+    assert value("pgjobq_worker_jobs_finished_total", {**PLAIN, "outcome": "released"}) == 1
+    assert value("pgjobq_worker_jobs_finished_total", {**PLAIN, "outcome": "failed"}) == 0
+    assert value("pgjobq_worker_handler_duration_seconds_count", {**PLAIN, "outcome": "done"}) == 1
+    assert value("pgjobq_worker_handler_duration_seconds_sum", {**PLAIN, "outcome": "done"}) == 0.25
+    assert value("pgjobq_worker_handler_duration_seconds_count", {**PLAIN, "outcome": "released"}) is None
+    assert value("pgjobq_worker_wait_seconds_sum", PLAIN) == 0.5
+    assert value("pgjobq_worker_claimed_jobs_total", PLAIN) == 1
     assert value("pgjobq_worker_claim_duration_seconds_count", {"queue": "emails"}) == 1
     assert value("pgjobq_worker_acknowledgements_pending") == 4
     assert value("pgjobq_worker_reconnects_total") == 1
@@ -62,8 +64,69 @@ def test_a_claim_over_several_queues_is_labelled_with_all_their_names() -> None:
 
     value = metrics.registry.get_sample_value
     assert value("pgjobq_worker_claim_duration_seconds_count", {"queue": "a,b"}) == 1
-    assert value("pgjobq_worker_claimed_jobs_total", {"queue": "b"}) == 1
-    assert value("pgjobq_worker_claimed_jobs_total", {"queue": "a"}) == 0
+    assert value("pgjobq_worker_claimed_jobs_total", {"queue": "b", "task": ""}) == 1
+    assert value("pgjobq_worker_claimed_jobs_total", {"queue": "a", "task": ""}) == 0
+
+
+def test_the_per_job_metrics_are_labelled_with_the_job_s_task() -> None:
+    metrics = WorkerMetrics()
+    welcome, plain = a_job(task="send_welcome"), a_job(job_id=2)
+
+    metrics.claimed(["emails"], [welcome, plain], 0.002)
+    for job in (welcome, plain):
+        metrics.started(job, 0.5)
+    metrics.finished(welcome, "failed", 0.25)
+    metrics.finished(plain, "done", 0.1)
+
+    value = metrics.registry.get_sample_value
+    task = {"queue": "emails", "task": "send_welcome"}
+    assert value("pgjobq_worker_claimed_jobs_total", task) == 1
+    assert value("pgjobq_worker_wait_seconds_count", task) == 1
+    assert value("pgjobq_worker_jobs_finished_total", {**task, "outcome": "failed"}) == 1
+    assert value("pgjobq_worker_jobs_finished_total", {**task, "outcome": "done"}) == 0
+    assert value("pgjobq_worker_handler_duration_seconds_sum", {**task, "outcome": "failed"}) == 0.25
+    assert value("pgjobq_worker_claimed_jobs_total", PLAIN) == 1
+    assert value("pgjobq_worker_jobs_finished_total", {**PLAIN, "outcome": "done"}) == 1
+    assert value("pgjobq_worker_jobs_finished_total", {**PLAIN, "outcome": "failed"}) == 0
+    assert value("pgjobq_worker_claim_duration_seconds_count", {"queue": "emails"}) == 1  # a claim, not a job
+
+
+def test_a_task_s_outcomes_read_0_from_the_claim_of_its_first_job() -> None:
+    metrics = WorkerMetrics()
+
+    metrics.claimed(["emails"], [a_job(task="send_welcome")], 0.002)
+
+    value = metrics.registry.get_sample_value
+    for outcome in OUTCOMES:
+        labels = {"queue": "emails", "task": "send_welcome", "outcome": outcome}
+        assert value("pgjobq_worker_jobs_finished_total", labels) == 0, outcome
+
+
+def test_task_names_past_max_tasks_are_counted_together_under_other(caplog: pytest.LogCaptureFixture) -> None:
+    metrics = WorkerMetrics(max_tasks=2)
+    caplog.set_level(logging.WARNING, logger="pgjobq.prometheus")
+
+    for job_id, task in enumerate(["a", "b", "c", "d", "a", "c"]):
+        metrics.finished(a_job(job_id=job_id, task=task), "done", None)
+
+    done_by_task = {
+        sample.labels["task"]: sample.value
+        for family in metrics.registry.collect()
+        if family.name == "pgjobq_worker_jobs_finished"
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels["outcome"] == "done"
+    }
+    assert done_by_task == {"a": 2, "b": 1, "(other)": 3}
+    assert [record.getMessage() for record in caplog.records] == [
+        "more than 2 task names: the metrics count the jobs of task 'c' and any other new one under"
+        ' task="(other)" (WorkerMetrics(max_tasks=...))'
+    ]
+
+
+def test_max_tasks_must_be_a_whole_number_of_at_least_0() -> None:
+    for bad in (-1, 2.5, True, "10"):
+        with pytest.raises(ConfigurationError, match=r"^max_tasks must be an integer >= 0, got "):
+            WorkerMetrics(max_tasks=bad)  # type: ignore[arg-type]
 
 
 def test_each_worker_metrics_has_a_registry_of_its_own_unless_given_one() -> None:
@@ -124,15 +187,15 @@ def test_a_real_worker_s_endpoint_agrees_with_the_database(db: Db, dsn: str, run
     samples = scraped[-1]
 
     def finished(outcome: str) -> float | None:
-        return samples.value("pgjobq_worker_jobs_finished_total", queue="emails", outcome=outcome)
+        return samples.value("pgjobq_worker_jobs_finished_total", queue="emails", task="", outcome=outcome)
 
     assert finished("done") == statuses(db)["done"] == done + 1
     assert finished("failed") == statuses(db)["failed"] == failed
     assert finished("retried") == 1
     assert finished("cancelled") == 0
     assert samples.total("pgjobq_worker_handler_duration_seconds_count") == done + failed + 2
-    assert samples.value("pgjobq_worker_wait_seconds_count", queue="emails") == done + failed + 2
-    assert samples.value("pgjobq_worker_claimed_jobs_total", queue="emails") == done + failed + 2
+    assert samples.value("pgjobq_worker_wait_seconds_count", queue="emails", task="") == done + failed + 2
+    assert samples.value("pgjobq_worker_claimed_jobs_total", queue="emails", task="") == done + failed + 2
     claims = samples.value("pgjobq_worker_claim_duration_seconds_count", queue="emails")
     assert claims is not None and claims >= 1
     assert samples.value("pgjobq_worker_acknowledgements_pending") == 0
@@ -140,6 +203,29 @@ def test_a_real_worker_s_endpoint_agrees_with_the_database(db: Db, dsn: str, run
     # the same endpoint exports the database's view (dsn given)
     assert samples.value("pgjobq_jobs", queue="emails", status="failed") == failed
     assert samples.value("pgjobq_jobs", queue="emails", status="runnable") == 0
+
+
+def test_a_real_worker_labels_its_jobs_with_their_task(db: Db, dsn: str, run_worker: RunWorker) -> None:
+    for _ in range(2):
+        enqueue(db, "emails", {}, task="send_welcome")
+    enqueue(db, "emails", {})
+    port = free_port()
+    metrics = start_worker_metrics(port)
+    run_worker(dsn, lambda job: None, WorkerSettings(queue="emails", poll_interval=0.2, observers=[metrics]))
+    scraped: list[Samples] = []
+
+    def caught_up() -> bool:
+        scraped.append(scrape(port))
+        return scraped[-1].total("pgjobq_worker_jobs_finished_total", outcome="done") == 3
+
+    assert wait_until(caught_up, timeout=30), scraped[-1].values
+    samples = scraped[-1]
+    welcome = {"queue": "emails", "task": "send_welcome"}
+    assert samples.value("pgjobq_worker_jobs_finished_total", **welcome, outcome="done") == 2
+    assert samples.value("pgjobq_worker_jobs_finished_total", **PLAIN, outcome="done") == 1
+    assert samples.value("pgjobq_worker_claimed_jobs_total", **welcome) == 2
+    assert samples.value("pgjobq_worker_handler_duration_seconds_count", **welcome, outcome="done") == 2
+    assert samples.label_values("pgjobq_worker_jobs_finished_total", "task") == {"send_welcome", ""}
 
 
 def test_pgjobq_worker_metrics_port_serves_its_jobs_and_the_queue_state(
@@ -158,7 +244,10 @@ def test_pgjobq_worker_metrics_port_serves_its_jobs_and_the_queue_state(
             scraped.append(scrape(port))
         except httpx.TransportError:
             return False
-        return scraped[-1].value("pgjobq_worker_jobs_finished_total", queue="default", outcome="done") == 3
+        done = scraped[-1].value(
+            "pgjobq_worker_jobs_finished_total", queue="default", task="", outcome="done"
+        )
+        return done == 3
 
     assert wait_until(three_done, timeout=30), worker.log()
     samples = scraped[-1]

@@ -28,6 +28,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from pytest_postgresql.executors import NoopExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
+from throwaway_pg import ThrowawayPostgres
 
 from helpers.sqlhelpers import (
     Connect,
@@ -43,7 +44,6 @@ from helpers.sqlhelpers import (
     queued_rows_unlocked,
     record_notices,
 )
-from throwaway_pg import ThrowawayPostgres
 
 # ---------------------------------------------------------------------------------------------------------
 # The seeded jobs, and references to them that a case resolves when it runs (no case depends on an id)
@@ -813,6 +813,14 @@ SETTLE_CASES = [
         lease_of("running"),
     ),
     case(
+        "fail-null-retry",
+        "SELECT jobq.fail(%s, 'boom', %s, retry => NULL)",
+        "22004",
+        "retry",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
         "snooze-null-delay",
         "SELECT jobq.snooze(%s, %s, NULL)",
         "22004",
@@ -1228,9 +1236,50 @@ TRACE_CASES = [
     ),
 ]
 
+# 0.9.0: a task names a job type: 1 to 200 characters matching ^[A-Za-z_][A-Za-z0-9_.:-]*$
+BAD_TASKS = {
+    "empty": "",
+    "leading-digit": "1st_task",
+    "leading-dot": ".send",
+    "leading-dash": "-send",
+    "space": "send welcome",
+    "slash": "emails/send",
+    "non-ascii": "envoyé",
+    "trailing-newline": "send\n",
+    "quote-injection": "x'); DROP TABLE jobq.jobs; --",
+    "201-character": "t" * 201,
+}
+TASK_CASES = [
+    *[
+        case(f"{call_name}-{task_name}-task", query, "22023", "task", task)
+        for call_name, query in (
+            ("enqueue", "SELECT jobq.enqueue('default', '{}', task => %s)"),
+            (
+                "enqueue-with-job-options",
+                "SELECT jobq.enqueue('default', '{}', unique_key => 'k', task => %s)",
+            ),
+            ("enqueue-many", "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], task => %s)"),
+            (
+                "enqueue-flow",
+                "SELECT jobq.enqueue_flow('default',"
+                " jsonb_build_array(jsonb_build_object('payload', '{}'::jsonb, 'task', %s::text)))",
+            ),
+            ("schedule", "SELECT * FROM jobq.schedule('nightly', 'default', every => '1 hour', task => %s)"),
+        )
+        for task_name, task in BAD_TASKS.items()
+    ],
+    case(
+        "enqueue-flow-number-task",
+        "SELECT jobq.enqueue_flow('default', '[{\"payload\": {}, \"task\": 7}]')",
+        "22023",
+        "steps[0].task",
+    ),
+]
+
 CASES = [
     *ENQUEUE_CASES,
     *TRACE_CASES,
+    *TASK_CASES,
     *JOB_OPTION_CASES,
     *ENQUEUE_MANY_CASES,
     *CLAIM_CASES,

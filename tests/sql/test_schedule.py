@@ -9,10 +9,10 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
+from throwaway_pg import ThrowawayPostgres
 
 from helpers.databases import connect_as, login_role
 from helpers.sqlhelpers import Db, claim_one, make_runnable, scalar, statuses
-from throwaway_pg import ThrowawayPostgres
 
 # The semantics are the same PL/pgSQL on every major: this file runs on the machine's major, fresh and
 # upgraded; on every other major the isolation specs (tests/isolation) and the bad-input table
@@ -388,6 +388,7 @@ def test_every_is_aligned_on_the_unix_epoch(db: Db) -> None:
         ({"every": "1 hour", "headers": [1]}, "22023", "headers must be a JSON object"),
         ({"every": "1 hour", "catch_up": None}, "22004", "catch_up must not be NULL"),
         ({"every": "1 hour", "catch_up": "some"}, "22023", "catch_up must be latest, all or skip"),
+        ({"every": "1 hour", "task": "send report"}, "22023", "task must be 1 to 200 characters"),
     ],
 )
 def test_a_bad_argument_is_refused_by_name_and_creates_nothing(
@@ -409,6 +410,7 @@ def test_a_bad_argument_is_refused_by_name_and_creates_nothing(
         "catch_up": "::text",
         "name": "::text",
         "queue": "::text",
+        "task": "::text",
     }
     for argument, cast in casts.items():
         named = named.replace(f"%({argument})s", f"%({argument})s{cast}")

@@ -11,9 +11,10 @@ import pytest
 
 from pgjobq import InvalidArgument, Job, LeaseLost, Retry, Snooze
 from pgjobq._client.proto import Call
-from pgjobq._worker.acks import CancelledUnstarted, drive, encode_result, is_coroutine_function, report
+from pgjobq._worker.acks import CancelledUnstarted, encode_result, is_coroutine_function, report
 from pgjobq._worker.backoff import Backoff
 from pgjobq._worker.listen import cancel_ids
+from pgjobq._worker.steps import drive
 
 
 def test_a_cancel_notification_names_its_job_ids() -> None:

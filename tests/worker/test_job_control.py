@@ -22,6 +22,7 @@ from psycopg.types.json import Jsonb
 import pgjobq
 from pgjobq import Job, WorkerSettings
 from pgjobq._client import sync as client
+from pgjobq._client.proto import Call
 
 from helpers.fixtures import RunWorker
 from helpers.processes import wait_until
@@ -400,15 +401,15 @@ def test_a_hanging_handler_past_its_queues_timeout_is_no_longer_heartbeated_and_
     started, release = threading.Event(), threading.Event()
     # the ids of every heartbeat the worker sends (it runs on threads of this process)
     heartbeats: list[list[int]] = []
-    real_heartbeat_status = client.heartbeat_status_unchecked
+    real_run = client._run
 
-    def recording(
-        conn: Any, ids: list[int], leases: list[int], **options: Any
-    ) -> list[tuple[int, bool, bool]]:
-        heartbeats.append(list(ids))
-        return real_heartbeat_status(conn, ids, leases, **options)
+    def recording(conn: Any, call: Call[Any]) -> Any:
+        if call.name == "heartbeat_status":
+            assert call.params is not None
+            heartbeats.append(list(call.params["ids"]))
+        return real_run(conn, call)
 
-    monkeypatch.setattr(client, "heartbeat_status_unchecked", recording)
+    monkeypatch.setattr(client, "_run", recording)
 
     def handler(job: Job) -> None:
         started.set()

@@ -22,6 +22,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from throwaway_pg import ThrowawayPostgres
+from throwaway_pgbouncer import ThrowawayPgBouncer
 
 import pgjobq
 from pgjobq import Worker, WorkerSettings
@@ -29,8 +31,6 @@ from pgjobq import Worker, WorkerSettings
 from helpers.handlers import EXECUTIONS_DDL
 from helpers.processes import WorkerProcess, wait_until
 from helpers.sqlhelpers import Connect, Db, fill, scalar
-from throwaway_pg import ThrowawayPostgres
-from throwaway_pgbouncer import ThrowawayPgBouncer
 
 FALLBACK = "notifications do not reach this worker's listening connection"
 

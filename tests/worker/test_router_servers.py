@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from throwaway_pg import ThrowawayPostgres
 
 import pgjobq
 from pgjobq import ConfigurationError, JobAddress, QueueRouter
@@ -25,7 +26,6 @@ from pgjobq import ConfigurationError, JobAddress, QueueRouter
 from helpers.handlers import EXECUTIONS_DDL
 from helpers.processes import StartWorker
 from helpers.sqlhelpers import Db, scalar, statuses
-from throwaway_pg import ThrowawayPostgres
 
 PLACED = {"emails": "pg1", "sms": "pg2", "reports": "pg3"}
 HASHED = ["billing", "webhooks", "thumbnails", "exports"]  # placed by the rendezvous hash

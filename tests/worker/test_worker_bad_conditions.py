@@ -19,13 +19,13 @@ import psycopg
 import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
+from throwaway_pg import ThrowawayPostgres, free_port
 
 import pgjobq
 
 from helpers.handlers import EXECUTIONS_DDL
 from helpers.processes import StartWorker, WorkerProcess, cpu_seconds, wait_until
 from helpers.sqlhelpers import Db, statuses
-from throwaway_pg import ThrowawayPostgres, free_port
 
 
 def stop(worker: WorkerProcess) -> int:

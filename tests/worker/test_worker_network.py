@@ -14,7 +14,7 @@ the database still decides: once reconnected, its late report is refused,
 since another worker's reap took the job back meanwhile.
 
 The network itself (packets dropped, half-open connections, latency, loss)
-is faulted in tests/worker/test_chaos_net.py, on network namespaces.
+is faulted in tests/chaos/test_chaos_net.py, on network namespaces.
 """
 
 from __future__ import annotations

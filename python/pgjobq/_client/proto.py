@@ -17,6 +17,7 @@ JSON loaders on the statement's own cursor (see :func:`json_loaders_needed`).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime, timedelta
@@ -28,7 +29,7 @@ from psycopg.pq import Format, TransactionStatus
 from psycopg.rows import class_row, tuple_row
 from psycopg.types.json import JsonbLoader, JsonLoader
 
-from pgjobq._errors import InvalidArgument, translate
+from pgjobq._errors import IncompatibleExtension, InvalidArgument, translate
 from pgjobq._job import Job
 
 __all__ = [
@@ -49,10 +50,14 @@ __all__ = [
     "QueueSettings",
     "QueueStats",
     "Schedule",
+    "check_task",
     "dump_json",
     "dump_payload",
     "dump_payloads",
+    "extension_needed",
+    "fail_for_good_needed",
     "json_loaders_needed",
+    "tasks_needed",
     "translated",
 ]
 
@@ -67,7 +72,10 @@ class Call(Generic[R]):
     row: the row factory (tuple_row, or class_row of a result type), which
     suits a sync and an async cursor alike; decode: from the fetched rows to
     the call's value; json: whether its rows hold JSON columns (so that a
-    connection loading jsonb as text gets JSON loaders on the cursor).
+    connection loading jsonb as text gets JSON loaders on the cursor);
+    prepare: True prepares the statement at once (the workers' hot
+    statements, unless the connection's prepare_threshold is None), None
+    leaves it to the connection's prepare_threshold.
     """
 
     name: str
@@ -75,6 +83,7 @@ class Call(Generic[R]):
     decode: Callable[[list[Any]], R]
     row: Any = tuple_row
     json: bool = False
+    prepare: bool | None = None
 
 
 # -- JSON columns whatever the connection's adapters -----------------------------------
@@ -118,6 +127,92 @@ class translated:  # lower case: it reads as a function, with translated(): ...
             error = translate(exc)
             if error is not None:
                 raise error from exc
+
+
+# A task's name, as the extension's jobq._check_task has it (0.9.0): 1 to 200 characters.
+_TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
+
+
+def check_task(value: object, argument: str = "task") -> str:
+    """value as a task name; InvalidArgument naming argument, before any SQL, unless it is one.
+
+    The rule is the extension's: 1 to 200 characters of A-Z, a-z, 0-9, ``_``,
+    ``.``, ``:`` and ``-``, starting with a letter or ``_`` (send_welcome,
+    billing.invoice:v2).
+    """
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{argument} must be a string, got {type(value).__name__}")
+    if _TASK_NAME.fullmatch(value) is None:
+        raise InvalidArgument(
+            f"{argument} must be 1 to 200 characters of A-Z, a-z, 0-9, _, ., : and -, starting with a "
+            f"letter or _, got {value[:80]!r}"
+        )
+    return value
+
+
+TASKS_VERSION = "0.9.0"
+"""The first extension version whose jobs have a task, and whose jobq.fail takes retry (fail for good)."""
+
+
+class extension_needed:  # lower case: it reads as a function, with extension_needed(...): ...
+    """Around a call that needs a function of extension 0.9.0: the error of a database whose extension
+    predates it (UndefinedFunction: 0.8.0 has no such signature) becomes IncompatibleExtension, saying what
+    needs 0.9.0 and what this database lacks.
+
+    ``needed`` False (the call sends what every supported version takes) leaves every error as it is.
+    ``what`` opens the message ("tasks need"); ``lacking`` says what the database's functions lack.
+    """
+
+    def __init__(self, needed: bool, what: str, lacking: str) -> None:
+        self.needed = needed
+        self.what = what
+        self.lacking = lacking
+
+    def predates(self, exc: BaseException) -> bool:
+        """Whether exc is the error an extension before 0.9.0 gives the call."""
+        return isinstance(exc, psycopg.errors.UndefinedFunction)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if self.needed and exc is not None and self.predates(exc):
+            raise IncompatibleExtension(
+                f"{self.what} the pgjobq extension {TASKS_VERSION} or later: {self.lacking} (upgrade it "
+                "with ALTER EXTENSION pgjobq UPDATE)"
+            ) from exc
+
+
+class tasks_needed(extension_needed):
+    """Around a call given a task: the error of a database whose extension predates tasks (0.8.0 has no
+    task parameter, and its enqueue_flow no "task" key) becomes IncompatibleExtension, saying so.
+
+    ``needed`` False (no task given) leaves every error as it is.
+    """
+
+    def __init__(self, needed: bool) -> None:
+        super().__init__(needed, "tasks need", "this database's functions take no task")
+
+    def predates(self, exc: BaseException) -> bool:
+        """UndefinedFunction, or enqueue_flow's refusal of a step's "task" key."""
+        return super().predates(exc) or (
+            isinstance(exc, InvalidArgument) and "unknown key 'task'" in str(exc)
+        )
+
+
+class fail_for_good_needed(extension_needed):
+    """Around pgjobq.fail's call: with retry False, the error of a database whose jobq.fail takes no retry
+    (0.8.0) becomes IncompatibleExtension, saying failing for good needs 0.9.0.
+
+    ``retry`` True (the statement every supported version takes) leaves every error as it is.
+    """
+
+    def __init__(self, retry: bool) -> None:
+        super().__init__(
+            retry is False,
+            "failing a job for good (retry=False) needs",
+            "this database's jobq.fail takes no retry",
+        )
 
 
 def dump_payload(payload: Mapping[str, Any], argument: str = "payload") -> str:
@@ -459,7 +554,7 @@ class JobState:
     result is the value the job was completed with (None: none); finished_at
     is set once the job is done, failed or cancelled; cancel_requested once
     cancel() asked its worker to stop.  depends_on: the ids of the job's
-    parents (None: it has none).
+    parents (None: it has none).  task: the job's task (None: a plain job).
     """
 
     id: int
@@ -474,6 +569,7 @@ class JobState:
     finished_at: datetime | None
     cancel_requested: bool
     depends_on: list[int] | None = None  # 0.7.0: a default, so that a JobState made as in 0.6.0 still is one
+    task: str | None = None  # 0.9.0: the job's task (None: a plain job, or an extension before 0.9.0)
 
     @property
     def finished(self) -> bool:
@@ -493,7 +589,8 @@ class Schedule:
     seconds; occurrences at its multiples since the Unix epoch) is set.
     next_run is the next occurrence after now; next_at the first occurrence
     not yet enqueued (in the past: missed, and caught up by the next tick as
-    catch_up says: "latest", "all" or "skip").
+    catch_up says: "latest", "all" or "skip").  task: the task of its jobs
+    (None: plain jobs).
     """
 
     name: str
@@ -510,6 +607,7 @@ class Schedule:
     next_run: datetime | None
     created_at: datetime
     updated_at: datetime
+    task: str | None = None  # 0.9.0: the task of its jobs (None: plain jobs, or an extension before 0.9.0)
 
 
 # -- decoders -------------------------------------------------------------------------
@@ -549,20 +647,44 @@ def _id_set(rows: list[tuple[Any, ...]]) -> set[int]:
     return {r[0] for r in rows}
 
 
+# Claimed rows have Job's fields in order (queries.sql's claim): id, queue, payload, priority, attempts,
+# max_attempts, lease, the lease's length, the time runnable, headers (NULL: {}), and from extension 0.9.0
+# task.  Each is read by its position, so that a column added or left out shows as a failing test, not
+# as a value in the wrong field.
+
+
 def jobs(rows: list[tuple[Any, ...]]) -> list[Job]:
-    """Claimed rows as Jobs; headers, the last column, left out when NULL (the Job's default {} then)."""
-    return [Job(*row) if row[-1] is not None else Job(*row[:-1]) for row in rows]
+    """Rows of claim or claim_any (extension 0.9.0: with task, the last column) as Jobs."""
+    return [Job(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9] or {}, r[10]) for r in rows]
+
+
+def jobs_0_8(rows: list[tuple[Any, ...]]) -> list[Job]:
+    """Rows of claim_0_8 or claim_any_0_8 (extension 0.8.0: no task) as Jobs (task None)."""
+    return [Job(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9] or {}) for r in rows]
 
 
 def acknowledged_and_claimed(rows: list[tuple[Any, ...]]) -> tuple[set[int], list[Job]]:
-    """complete_and_claim's rows: the ids acknowledged (status done) and the jobs claimed."""
+    """complete_and_claim's rows (extension 0.9.0, with task): the ids acknowledged (status done) and the
+    jobs claimed (the columns after status are claim's)."""
     acknowledged: set[int] = set()
     claimed: list[Job] = []
-    for status, *job in rows:
-        if status == "done":
-            acknowledged.add(job[0])
+    for r in rows:
+        if r[0] == "done":
+            acknowledged.add(r[1])
         else:
-            claimed.append(Job(*job) if job[-1] is not None else Job(*job[:-1]))
+            claimed.append(Job(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10] or {}, r[11]))
+    return acknowledged, claimed
+
+
+def acknowledged_and_claimed_0_8(rows: list[tuple[Any, ...]]) -> tuple[set[int], list[Job]]:
+    """complete_and_claim_0_8's rows (extension 0.8.0: no task), as acknowledged_and_claimed reads them."""
+    acknowledged: set[int] = set()
+    claimed: list[Job] = []
+    for r in rows:
+        if r[0] == "done":
+            acknowledged.add(r[1])
+        else:
+            claimed.append(Job(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10] or {}))
     return acknowledged, claimed
 
 
@@ -616,9 +738,14 @@ def enqueue_checked(
     concurrency_key: str | None,
     depends_on: Sequence[int] | None,
     on_parent_failure: str,
+    task: str | None = None,
 ) -> dict[str, Any]:
-    """enqueue's own arguments, checked (the options, with the headers to store, come in enqueue_call)."""
-    return {
+    """enqueue's own arguments, checked (the options, with the headers to store, come in enqueue_call).
+
+    A task is among the params only when given, so that a job without one is
+    enqueued by the statement an extension before 0.9.0 takes.
+    """
+    params = {
         "queue": _text("queue", queue),
         "payload": dump_payload(payload),
         "unique_key": _optional(_text, "unique_key", unique_key),
@@ -626,17 +753,21 @@ def enqueue_checked(
         "depends_on": _ids("depends_on", depends_on),
         "on_parent_failure": _text("on_parent_failure", on_parent_failure),
     }
+    if task is not None:
+        params["task"] = check_task(task)
+    return params
 
 
 def enqueue_call(params: Mapping[str, Any], **options: Any) -> Call[int | None]:
     """The enqueue of enqueue_checked's params with the options of _enqueue_options (headers: those to
-    store, as the trace's Sending gave them)."""
+    store, as the trace's Sending gave them); enqueue_task when params hold a task."""
 
     def decode(rows: list[tuple[Any, ...]]) -> int | None:
         job_id = rows[0][0]
         return None if job_id is None else int(job_id)
 
-    return Call("enqueue", {**params, **_enqueue_options(**options)}, decode)
+    name = "enqueue_task" if "task" in params else "enqueue"
+    return Call(name, {**params, **_enqueue_options(**options)}, decode)
 
 
 def enqueue_many_checked(
@@ -645,8 +776,10 @@ def enqueue_many_checked(
     *,
     unique_keys: Sequence[str | None] | None,
     concurrency_keys: Sequence[str | None] | None,
+    task: str | None = None,
 ) -> tuple[dict[str, Any], int]:
-    """enqueue_many's own arguments, checked, and how many payloads there are."""
+    """enqueue_many's own arguments, checked, and how many payloads there are (a task among the params
+    only when given, as with enqueue_checked)."""
     items = payloads if isinstance(payloads, (Mapping, str, bytes)) else list(payloads)
     params = {
         "queue": _text("queue", queue),
@@ -654,11 +787,22 @@ def enqueue_many_checked(
         "unique_keys": _keys("unique_keys", unique_keys),
         "concurrency_keys": _keys("concurrency_keys", concurrency_keys),
     }
+    if task is not None:
+        params["task"] = check_task(task)
     return params, len(items)
 
 
 def enqueue_many_call(params: Mapping[str, Any], **options: Any) -> Call[list[int | None]]:
-    return Call("enqueue_many", {**params, **_enqueue_options(**options)}, _maybe_ids_of)
+    """The enqueue_many of enqueue_many_checked's params; enqueue_many_task when they hold a task."""
+    name = "enqueue_many_task" if "task" in params else "enqueue_many"
+    return Call(name, {**params, **_enqueue_options(**options)}, _maybe_ids_of)
+
+
+def flow_has_tasks(steps: object) -> bool:
+    """Whether any step of an enqueue_flow names a task (its call then needs extension 0.9.0)."""
+    return isinstance(steps, Sequence) and any(
+        isinstance(step, Mapping) and step.get("task") is not None for step in steps
+    )
 
 
 def enqueue_flow(queue: str, steps: Sequence[Mapping[str, Any]]) -> Call[list[int]]:
@@ -672,6 +816,8 @@ def enqueue_flow(queue: str, steps: Sequence[Mapping[str, Any]]) -> Call[list[in
             checked = _moment(f"steps[{i}].run_at", run_at)
             assert checked is not None
             step = {**step, "run_at": checked.isoformat()}
+        if step.get("task") is not None:
+            check_task(step["task"], f"steps[{i}].task")
         prepared.append(step)
     params = {"queue": _text("queue", queue), "steps": dump_json(prepared, "steps")}
     return Call("enqueue_flow", params, _ids_of)
@@ -684,7 +830,8 @@ def claim(queue: str, n: int, worker: str, lease_timeout: timedelta | None) -> C
         "worker": _text("worker", worker),
         "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
     }
-    return Call("claim", params, jobs, json=True)
+    # the statement of every supported version: the client does not know which one the database has
+    return Call("claim_0_8", params, jobs_0_8, json=True)
 
 
 def claim_any(queues: Sequence[str], n: int, worker: str, lease_timeout: timedelta | None) -> Call[list[Job]]:
@@ -697,15 +844,7 @@ def claim_any(queues: Sequence[str], n: int, worker: str, lease_timeout: timedel
         "worker": _text("worker", worker),
         "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
     }
-    return Call("claim_any", params, jobs, json=True)
-
-
-def complete_and_claim_unchecked(params: Mapping[str, Any]) -> Call[tuple[set[int], list[Job]]]:
-    """complete_and_claim, its parameters (ids, leases, results and claim's) taken as they are; results
-    may be left out (no result at all)."""
-    if "results" not in params:
-        params = {**params, "results": None}
-    return Call("complete_and_claim", params, acknowledged_and_claimed, json=True)
+    return Call("claim_any_0_8", params, jobs_0_8, json=True)  # as claim: every supported version's
 
 
 def complete(job_id: int, lease: int, result: Any) -> Call[None]:
@@ -754,16 +893,39 @@ def complete_and_claim(
         "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
         "results": _dump_results(results),
     }
-    return complete_and_claim_unchecked(params)
+    # as claim: the statement of every supported version
+    return Call("complete_and_claim_0_8", params, acknowledged_and_claimed_0_8, json=True)
 
 
-def fail(job_id: int, error: str, lease: int, retry_in: timedelta | None) -> Call[tuple[str, datetime]]:
+def fail(
+    job_id: int, error: str, lease: int, retry_in: timedelta | None, retry: bool = True
+) -> Call[tuple[str, datetime]]:
+    """jobq.fail; retry False (extension 0.9.0) fails the job for good at once, and takes no retry_in.
+
+    retry True sends the statement every supported version takes (no retry argument).
+    """
     params = {
         **_held(job_id, lease),
         "error": _text("error", error),
         "retry_in": _optional(_timedelta, "retry_in", retry_in),
     }
-    return Call("fail", params, _failed)
+    if _flag("retry", retry):
+        return Call("fail", params, _failed)
+    if retry_in is not None:
+        raise InvalidArgument("retry_in must be None when retry is False: the job is not retried")
+    del params["retry_in"]
+    return Call("fail_for_good", params, _failed)
+
+
+def hand_back(job_id: int, lease: int, delay: timedelta, error: str, fail_after: timedelta) -> Call[str]:
+    """jobq.hand_back (extension 0.9.0): the job's new status (queued; failed once older than fail_after)."""
+    params = {
+        **_held(job_id, lease),
+        "delay": _timedelta("delay", delay),
+        "error": _text("error", error),
+        "fail_after": _timedelta("fail_after", fail_after),
+    }
+    return Call("hand_back", params, _str)
 
 
 def snooze(job_id: int, lease: int, delay: timedelta) -> Call[datetime | None]:
@@ -784,10 +946,6 @@ def heartbeat_many(held: Sequence[tuple[int, int]]) -> Call[set[int]]:
     return heartbeat_many_unchecked([p["id"] for p in pairs], [p["lease"] for p in pairs])
 
 
-def heartbeat_status_unchecked(ids: list[int], leases: list[int]) -> Call[list[tuple[int, bool, bool]]]:
-    return Call("heartbeat_status", {"ids": ids, "leases": leases}, heartbeat_statuses)
-
-
 def release(job_id: int, lease: int) -> Call[None]:
     return Call("release", _held(job_id, lease), _nothing)
 
@@ -804,14 +962,6 @@ def retry_failed(queue: str | None, ids: Sequence[int] | None) -> Call[list[int]
         "ids": None if ids is None else [_bigint("ids[]", i) for i in ids],
     }
     return Call("retry_failed", params, _int_list)
-
-
-def wait_unchecked(params: Mapping[str, Any]) -> Call[tuple[bool, datetime | None, timedelta | None]]:
-    return Call("wait", params, waited)
-
-
-def wait_any_unchecked(params: Mapping[str, Any]) -> Call[tuple[bool, datetime | None, timedelta | None]]:
-    return Call("wait_any", params, waited)
 
 
 def register_waiter(queue: str, worker: str, up_to: timedelta) -> Call[tuple[bool, datetime | None]]:
@@ -950,7 +1100,10 @@ def schedule(
     max_attempts: int | None,
     headers: Mapping[str, Any] | None,
     catch_up: str,
+    task: str | None = None,
 ) -> Call[Schedule]:
+    """jobq.schedule of these arguments, checked; schedule_task when a task is given (see
+    enqueue_checked)."""
     params = {
         "name": _text("name", name),
         "queue": _text("queue", queue),
@@ -963,7 +1116,10 @@ def schedule(
         "headers": None if headers is None else dump_payload(headers, "headers"),
         "catch_up": _text("catch_up", catch_up),
     }
-    return Call("schedule", params, _first, class_row(Schedule), json=True)
+    if task is not None:
+        params["task"] = check_task(task)
+    name = "schedule_task" if task is not None else "schedule"
+    return Call(name, params, _first, class_row(Schedule), json=True)
 
 
 def unschedule(name: str) -> Call[bool]:

@@ -20,7 +20,6 @@ from typing import Any, Literal, TypeVar, overload
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.rows import tuple_row
 
 from pgjobq import _tracing
 from pgjobq._client import proto
@@ -98,102 +97,19 @@ Conn = psycopg.Connection[Any]
 R = TypeVar("R")
 
 
-def _run(conn: Conn, call: proto.Call[R], *, prepare: bool | None = None) -> R:
+def _run(conn: Conn, call: proto.Call[R]) -> R:
     """Send call on conn and decode its rows (whatever conn's row factory and JSON loaders).
 
-    ``prepare=True`` prepares it at once (the Worker's hot statements) unless
-    conn's prepare_threshold is None; None leaves it to the threshold.
+    The one way a statement of queries.sql reaches a sync connection: the
+    client's calls and the Worker's (pgjobq._worker.steps) alike.
+    ``call.prepare`` True prepares it at once (the workers' hot statements)
+    unless conn's prepare_threshold is None; None leaves it to the threshold.
     """
     with translated(), conn.cursor(row_factory=call.row) as cur:
         if call.json and json_loaders_needed(conn.adapters):
             use_json_loaders(cur.adapters)
-        rows = cur.execute(query(call.name), call.params, prepare=prepare).fetchall()
+        rows = cur.execute(query(call.name), call.params, prepare=call.prepare).fetchall()
     return call.decode(rows)
-
-
-def _fetch(
-    conn: Conn, name: str, params: Mapping[str, Any] | None = None, *, prepare: bool | None = None
-) -> list[tuple[Any, ...]]:
-    """Run the named statement on conn and return its rows as tuples (the Worker's hot path: its own
-    connections, whose JSON loaders are psycopg's)."""
-    with translated(), conn.cursor(row_factory=tuple_row) as cur:
-        return cur.execute(query(name), params, prepare=prepare).fetchall()
-
-
-# The Worker's hot path: the same statements with arguments the Worker
-# checked once (its settings) or that the database itself returned (ids and
-# leases), so nothing is checked again for each job.
-
-
-def claim_unchecked(conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None) -> list[Job]:
-    """claim, its parameters (queue, n, worker, lease_timeout) taken as they are."""
-    return proto.jobs(_fetch(conn, "claim", params, prepare=prepare))
-
-
-def claim_any_unchecked(conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None) -> list[Job]:
-    """claim_any, its parameters (queues, n, worker, lease_timeout) taken as they are."""
-    return proto.jobs(_fetch(conn, "claim_any", params, prepare=prepare))
-
-
-def complete_and_claim_unchecked(
-    conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None
-) -> tuple[set[int], list[Job]]:
-    """complete_and_claim, its parameters (ids, leases, results and claim's) taken as they are.
-
-    results (a list of JSON texts and None aligned with ids, or None for no
-    result at all) may be left out of params.
-    """
-    if "results" not in params:
-        params = {**params, "results": None}
-    return proto.acknowledged_and_claimed(_fetch(conn, "complete_and_claim", params, prepare=prepare))
-
-
-def complete_many_unchecked(
-    conn: Conn,
-    ids: list[int],
-    leases: list[int],
-    *,
-    results: list[str | None] | None = None,
-    prepare: bool | None = None,
-) -> set[int]:
-    """complete_many for ids, leases and results (JSON texts or None; lists of one length, or results
-    None for none at all) taken as they are."""
-    params = {"ids": ids, "leases": leases, "results": results}
-    return {r[0] for r in _fetch(conn, "complete_many", params, prepare=prepare)}
-
-
-def heartbeat_many_unchecked(
-    conn: Conn, ids: list[int], leases: list[int], *, prepare: bool | None = None
-) -> set[int]:
-    """heartbeat_many for ids and leases (lists of one length) taken as they are."""
-    return {r[0] for r in _fetch(conn, "heartbeat_many", {"ids": ids, "leases": leases}, prepare=prepare)}
-
-
-def heartbeat_status_unchecked(
-    conn: Conn, ids: list[int], leases: list[int], *, prepare: bool | None = None
-) -> list[tuple[int, bool, bool]]:
-    """jobq.heartbeat_status for ids and leases (lists of one length) taken as they are: (id,
-    cancel_requested, overdue) of each pair still held.  overdue: the job's deadline has passed (its
-    lease was left unextended, expiring no later than the statement's own clock, compared in the
-    database, never with this client's clock)."""
-    rows = _fetch(conn, "heartbeat_status", {"ids": ids, "leases": leases}, prepare=prepare)
-    return proto.heartbeat_statuses(rows)
-
-
-def wait_unchecked(
-    conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None
-) -> tuple[bool, datetime | None, timedelta | None]:
-    """wait, its parameters (queue, worker, up_to) taken as they are; also how far ahead next_run_at is,
-    by the database's clock."""
-    return proto.waited(_fetch(conn, "wait", params, prepare=prepare))
-
-
-def wait_any_unchecked(
-    conn: Conn, params: Mapping[str, Any], *, prepare: bool | None = None
-) -> tuple[bool, datetime | None, timedelta | None]:
-    """wait on each of several queues in one statement, its parameters (queues, worker, up_to) taken as
-    they are: registered only if on every queue, and the earliest next_run_at among them."""
-    return proto.waited(_fetch(conn, "wait_any", params, prepare=prepare))
 
 
 # -- the public calls ---------------------------------------------------------------
@@ -215,6 +131,7 @@ def enqueue(
     concurrency_key: str | None = ...,
     depends_on: Sequence[int] | None = ...,
     on_parent_failure: OnParentFailure = ...,
+    task: str | None = ...,
 ) -> int: ...
 @overload
 def enqueue(
@@ -232,6 +149,7 @@ def enqueue(
     concurrency_key: str | None = ...,
     depends_on: Sequence[int] | None = ...,
     on_parent_failure: OnParentFailure = ...,
+    task: str | None = ...,
 ) -> int | None: ...
 def enqueue(
     conn: Conn,
@@ -248,6 +166,7 @@ def enqueue(
     concurrency_key: str | None = None,
     depends_on: Sequence[int] | None = None,
     on_parent_failure: OnParentFailure = "cancel",
+    task: str | None = None,
 ) -> int | None:
     """Enqueue one job in conn's current transaction; return its id.
 
@@ -274,6 +193,13 @@ def enqueue(
     cancelled, on_parent_failure decides: "cancel" (the default) cancels
     the job, "run" counts that parent as settled.
 
+    task: the job's task, the named job type a worker of a
+    :class:`pgjobq.Tasks` dispatches on (1 to 200 characters of A-Z, a-z,
+    0-9, ``_``, ``.``, ``:`` and ``-``, starting with a letter or ``_``; the
+    payload holds its keyword arguments); None, a plain job.  Tasks need
+    extension 0.9.0: on an older one a call with a task raises
+    IncompatibleExtension (one without keeps working).
+
     Arguments of the wrong type and payloads or headers jsonb cannot store
     raise InvalidArgument before any SQL is sent; the values' domains are
     the database's to judge.
@@ -285,8 +211,9 @@ def enqueue(
         concurrency_key=concurrency_key,
         depends_on=depends_on,
         on_parent_failure=on_parent_failure,
+        task=task,
     )
-    with _tracing.send(params["queue"], headers) as sending:
+    with _tracing.send(params["queue"], headers) as sending, proto.tasks_needed(task is not None):
         job_id = _run(
             conn,
             proto.enqueue_call(
@@ -318,6 +245,7 @@ def enqueue_many(
     on_conflict: Literal["return", "raise", "replace"] = ...,
     headers: Mapping[str, Any] | None = ...,
     concurrency_keys: Sequence[str | None] | None = ...,
+    task: str | None = ...,
 ) -> list[int]: ...
 @overload
 def enqueue_many(
@@ -333,6 +261,7 @@ def enqueue_many(
     on_conflict: str = ...,
     headers: Mapping[str, Any] | None = ...,
     concurrency_keys: Sequence[str | None] | None = ...,
+    task: str | None = ...,
 ) -> list[int | None]: ...
 def enqueue_many(
     conn: Conn,
@@ -347,6 +276,7 @@ def enqueue_many(
     on_conflict: str = "return",
     headers: Mapping[str, Any] | None = None,
     concurrency_keys: Sequence[str | None] | None = None,
+    task: str | None = None,
 ) -> list[int | None] | list[int]:
     """Enqueue many jobs in one statement; return their ids in the order of payloads.
 
@@ -358,12 +288,16 @@ def enqueue_many(
     where on_conflict "skip" skipped a job.  Within one call, the first of
     equal keys wins and the later ones meet it as they would an older job.
     concurrency_keys, when given, is aligned with payloads too (None: that
-    job has no concurrency key; see enqueue).
+    job has no concurrency key; see enqueue).  task, when given, is every
+    job's task (see enqueue).
     """
     params, count = proto.enqueue_many_checked(
-        queue, payloads, unique_keys=unique_keys, concurrency_keys=concurrency_keys
+        queue, payloads, unique_keys=unique_keys, concurrency_keys=concurrency_keys, task=task
     )
-    with _tracing.send(params["queue"], headers, count=count) as sending:
+    with (
+        _tracing.send(params["queue"], headers, count=count) as sending,
+        proto.tasks_needed(task is not None),
+    ):
         ids = _run(
             conn,
             proto.enqueue_many_call(
@@ -389,13 +323,15 @@ def enqueue_flow(conn: Conn, queue: str, steps: Sequence[Mapping[str, Any]]) -> 
     (default: the queue argument), "priority", "run_at" (a timezone-aware
     datetime, or timestamptz text), "max_attempts", "headers",
     "concurrency_key", "depends_on" (a list mixing the names of earlier
-    steps and ids of jobs that exist already) and "on_parent_failure"
-    ("cancel" or "run", as with enqueue).  A step with parents waits until
+    steps and ids of jobs that exist already), "on_parent_failure"
+    ("cancel" or "run", as with enqueue) and "task" (the step's task, as
+    with enqueue: extension 0.9.0).  A step with parents waits until
     they are done.  All or nothing: a bad step raises InvalidArgument (or
     JobNotFound for an unknown parent id) naming it as the database does,
     steps[i] counting from 0, and nothing is enqueued.
     """
-    return _run(conn, proto.enqueue_flow(queue, steps))
+    with proto.tasks_needed(proto.flow_has_tasks(steps)):
+        return _run(conn, proto.enqueue_flow(queue, steps))
 
 
 def claim(
@@ -472,15 +408,26 @@ def complete_and_claim(
 
 
 def fail(
-    conn: Conn, job_id: int, error: str, lease: int, *, retry_in: timedelta | None = None
+    conn: Conn,
+    job_id: int,
+    error: str,
+    lease: int,
+    *,
+    retry_in: timedelta | None = None,
+    retry: bool = True,
 ) -> tuple[str, datetime]:
     """Record a failure; return the job's new status and run_at.
 
     The status is queued (retried after the backoff, or after retry_in when
     given, this once), failed (out of attempts) or cancelled (cancel() had
-    asked the job to stop: never retried).
+    asked the job to stop: never retried).  retry=False fails the job for
+    good at once, whatever attempts it has left; it takes no retry_in and
+    needs extension 0.9.0 (on an older one it raises IncompatibleExtension
+    and the job is left running).
     """
-    return _run(conn, proto.fail(job_id, error, lease, retry_in))
+    call = proto.fail(job_id, error, lease, retry_in, retry)
+    with proto.fail_for_good_needed(retry):
+        return _run(conn, call)
 
 
 def snooze(conn: Conn, job_id: int, lease: int, delay: timedelta) -> datetime | None:
@@ -710,6 +657,7 @@ def schedule(
     max_attempts: int | None = None,
     headers: Mapping[str, Any] | None = None,
     catch_up: str = "latest",
+    task: str | None = None,
 ) -> Schedule:
     """Create the schedule name, or replace it; return it as it is now.
 
@@ -723,7 +671,8 @@ def schedule(
     catch_up says what a tick does with occurrences missed while none ran:
     "latest" (enqueue the most recent one, to run now), "all" or "skip".
     Replacing a schedule cancels its occurrences still queued; the new one
-    starts with its first occurrence after now.
+    starts with its first occurrence after now.  task, when given, is the
+    task of its jobs (see enqueue; extension 0.9.0).
     """
     call = proto.schedule(
         name,
@@ -736,8 +685,10 @@ def schedule(
         max_attempts=max_attempts,
         headers=headers,
         catch_up=catch_up,
+        task=task,
     )
-    return _run(conn, call)
+    with proto.tasks_needed(task is not None):
+        return _run(conn, call)
 
 
 def unschedule(conn: Conn, name: str) -> bool:

@@ -7,8 +7,8 @@ same scripts with pg_tle instead.  The scripts are those of the extension,
 shipped in this package (``pgjobq/sql`` is a link to the repository's ``sql/``,
 whose files a wheel copies): ``pgjobq--0.1.0.sql`` and every released step
 ``pgjobq--A--B.sql`` (``updates/``), and the current version's full script,
-put together from ``src/`` as ``make build`` does (the current version is the
-newest step's).
+put together from ``src/`` by ``build`` as ``make build`` does (the current version
+is the newest step's).
 Each becomes a *part* the same way: its ``\\echo ... \\quit`` guard line goes,
 ``@extowner@`` becomes ``CURRENT_USER`` and each ``pg_extension_config_dump``
 call runs only inside ``CREATE EXTENSION`` (pg_tle's).  A plain script is its
@@ -29,6 +29,7 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from pgjobq._errors import InvalidArgument
+from pgjobq._install import build
 from pgjobq._queries import query
 from pgjobq._version import PACKAGE_VERSION
 
@@ -129,27 +130,13 @@ def _files() -> dict[tuple[str | None, str], _Script]:
     return found
 
 
-def built_script_name(version: str) -> str:
-    """The name make build gives the full script of version (sql/pgjobq--<version>.sql)."""
-    return f"sql/pgjobq--{version}.sql"
-
-
 def _built(version: str) -> _Script:
-    """The current version's full script, as make build writes it: a header, then every file of
-    src/ in name order, each after a line naming it (the Makefile's $(SCRIPT) rule)."""
-    sources = sorted(
-        (entry for entry in _scripts().joinpath("src").iterdir() if entry.name.endswith(".sql")),
-        key=lambda entry: entry.name,
-    )
-    if not sources:
-        raise InvalidArgument("this pgjobq-py has no SQL sources (pgjobq/sql/src): reinstall it")
-    text = (
-        f"/* {built_script_name(version)}: pgjobq {version}, the job queue in schema jobq.\n"
-        " * Built by make from sql/src/: edit those files, not this one. */\n"
-    )
-    for entry in sources:
-        text += f"\n-- sql/src/{entry.name}\n\n" + entry.read_text(encoding="utf-8")
-    return _Script(f"pgjobq--{version}.sql", text)
+    """The current version's full script, built from src/ as make build builds it (build.script)."""
+    try:
+        sources = build.read_sources(_scripts().joinpath("src"))
+    except FileNotFoundError:
+        raise InvalidArgument("this pgjobq-py has no SQL sources (pgjobq/sql/src): reinstall it") from None
+    return _Script(build.script_name(version), build.script(version, sources))
 
 
 def current_version() -> str:

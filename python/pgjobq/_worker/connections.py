@@ -36,7 +36,15 @@ Unix-socket connections ignore the TCP settings.  A statement that meets a
 read-only server all the same (a conninfo asking for
 ``target_session_attrs=any``, or a pooler in front of a standby) fails
 with SQLSTATE 25006; the workers treat it as the database being unavailable
-(UNAVAILABLE): they drop their connections and reconnect with backoff.
+(UNAVAILABLE): they drop their connections and reconnect with backoff.  So
+they do with a database whose pgjobq extension this package does not
+support (RETRIED): an upgrade may be under way.
+
+A worker given ``connect`` (a callable that returns a new connection: the
+application's, for rotating credentials, say) opens every connection with
+it instead of a conninfo; the callable chooses the connection's parameters
+(network_options are its to pass), and adopt() then makes the connection
+the worker's: autocommit, its application_name, and configure()'s settings.
 """
 
 from __future__ import annotations
@@ -51,17 +59,25 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import set_json_loads
 
-from pgjobq._errors import first_line
+from pgjobq._client.proto import json_loaders_needed, use_json_loaders
+from pgjobq._errors import ConfigurationError, IncompatibleExtension, first_line
+from pgjobq._queries import query
 from pgjobq._worker.settings import WorkerSettings
 
 __all__ = [
+    "CHANGED_UNDER",
     "KEEPALIVE_PROBES",
+    "RETRIED",
     "UNAVAILABLE",
+    "adopt",
+    "adopt_async",
     "app_name",
     "configure",
+    "connect_failed",
     "ignore_notify",
     "json_loads",
     "network_options",
+    "retrying",
     "unavailable",
 ]
 
@@ -77,6 +93,21 @@ UNAVAILABLE: tuple[type[psycopg.Error], ...] = (
     psycopg.OperationalError,
     psycopg.errors.ReadOnlySqlTransaction,
 )
+# The errors of a statement whose functions or tables changed under it: an ALTER EXTENSION pgjobq UPDATE
+# committed while the statement waited on its lock (42804: "structure of query does not match function
+# result type", its plan made for the old rows), or between two statements (0A000: "cached plan must not
+# change result type"; 42883, 42703: a function or column of the old version gone).  The statement did
+# nothing; the worker reconnects and sends it again, with what it still owes.
+CHANGED_UNDER: tuple[type[psycopg.Error], ...] = (
+    psycopg.errors.DatatypeMismatch,
+    psycopg.errors.FeatureNotSupported,
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.UndefinedColumn,
+)
+# The errors on which a worker drops its connections and tries again with backoff: UNAVAILABLE, a
+# database whose extension version this package does not support (an upgrade may be under way), or that
+# has none, and CHANGED_UNDER.
+RETRIED: tuple[type[Exception], ...] = (*UNAVAILABLE, IncompatibleExtension, *CHANGED_UNDER)
 
 
 def network_options(conninfo: str, settings: WorkerSettings) -> dict[str, Any]:
@@ -114,6 +145,28 @@ def unavailable(exc: BaseException) -> str:
     return f"database unavailable ({first_line(exc)})"
 
 
+def connect_failed(exc: OSError) -> psycopg.OperationalError:
+    """What a worker makes of an OSError its connect callable raised (a token service out of reach, say):
+    the database is unavailable for now, and the worker tries again with backoff, as it does when the
+    callable raises psycopg.OperationalError.  Any other error of the callable ends the worker's run()."""
+    error = psycopg.OperationalError(f"the connect callable failed: {type(exc).__name__}: {first_line(exc)}")
+    error.__cause__ = exc
+    return error
+
+
+def retrying(exc: BaseException, pause: float) -> str:
+    """The line a worker logs when it gives its connections up on exc (RETRIED) and tries again pause
+    seconds later."""
+    if isinstance(exc, IncompatibleExtension):
+        return f"{first_line(exc)}; retrying in {pause:.1f} s: an upgrade may be under way"
+    if isinstance(exc, CHANGED_UNDER):
+        return (
+            f"the database's pgjobq changed under a statement ({first_line(exc)}); retrying in {pause:.1f} s:"
+            " an upgrade may be under way"
+        )
+    return f"{unavailable(exc)}; retrying in {pause:.1f} s"
+
+
 try:  # optional: parses the worker's payloads in a tenth of json's time
     import orjson
 except ImportError:  # json then
@@ -148,8 +201,42 @@ def app_name(role: str, settings: WorkerSettings) -> str:
 
 
 def configure(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], settings: WorkerSettings) -> None:
-    """Set up a connection the worker just opened (sync or async)."""
+    """Set up a connection the worker just opened (sync or async).
+
+    Its JSON columns are read by psycopg's JSON loaders (orjson's, when
+    installed), whatever loaders a connect callable's connection had: the
+    worker's statements then need no check of their own (proto.Call.json).
+    """
     if not settings.prepared_statements:
         conn.prepare_threshold = None
     if orjson is not None:
         set_json_loads(json_loads, conn)
+    elif json_loaders_needed(conn.adapters):
+        use_json_loaders(conn.adapters)
+
+
+def _adoptable(conn: object, kind: type[Any], callable_kind: str) -> None:
+    if not isinstance(conn, kind):
+        raise ConfigurationError(
+            f"connect must return a new psycopg.{kind.__name__} ({callable_kind}), got {type(conn).__name__}"
+        )
+
+
+def adopt(conn: psycopg.Connection[Any], role: str, settings: WorkerSettings) -> None:
+    """Make a connection a connect callable returned the worker's (see the module docstring)."""
+    _adoptable(conn, psycopg.Connection, "a plain callable")
+    if not conn.autocommit:
+        conn.rollback()  # nothing to undo in a new connection, unless the callable ran a statement
+        conn.autocommit = True
+    conn.execute(query("set_application_name"), {"name": app_name(role, settings)})
+    configure(conn, settings)
+
+
+async def adopt_async(conn: psycopg.AsyncConnection[Any], role: str, settings: WorkerSettings) -> None:
+    """adopt, for an AsyncWorker's connect callable (an async one)."""
+    _adoptable(conn, psycopg.AsyncConnection, "an async callable")
+    if not conn.autocommit:
+        await conn.rollback()
+        await conn.set_autocommit(True)
+    await conn.execute(query("set_application_name"), {"name": app_name(role, settings)})
+    configure(conn, settings)

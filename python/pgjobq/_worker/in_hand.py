@@ -7,9 +7,12 @@ one) or a failure (the exception), until acknowledged.  Acknowledgements are
 batched: they wait until ack_due says that the oldest result collected has
 waited long enough.
 
-No I/O and no locks: the owner (the sync Worker under its lock, the
-AsyncWorker on its loop) calls it, and tests/unit exercise it alone.  Times
-are the owner's monotonic clock, passed in.
+It is the one record of a worker's jobs in hand: the worker core
+(pgjobq._worker.steps.Core) holds it for both workers.  No I/O and no
+locks: the owner (the sync Worker under its lock, which its keeper and
+handler threads take too; the AsyncWorker on its loop) calls it, and
+tests/unit exercise it alone.  Times are the owner's monotonic clock,
+passed in.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ class InHand:
 
     def __init__(self) -> None:
         self.backlog: deque[Job] = deque()  # claimed, not started
-        self.running: dict[int, Job] = {}  # handler started, not returned (the AsyncWorker's record)
+        self.running: dict[int, Job] = {}  # handler started, not returned
         self.ok: list[Job] = []  # handlers that returned, collected: to acknowledge
         self.results: dict[tuple[int, int], str] = {}  # the results of those in ok that have one
         self.failed: list[tuple[Job, BaseException]] = []  # handlers that raised, collected: to report

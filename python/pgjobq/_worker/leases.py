@@ -28,7 +28,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from pgjobq._job import Job
+from pgjobq._job import Job, log_fields
 from pgjobq._worker.settings import DEFAULT_LEASE_SECONDS, WorkerSettings
 
 __all__ = ["Beat", "Leases"]
@@ -142,7 +142,7 @@ class Leases:
                     "job %d: lease %d presumed lost (not extended for %.1f s, longer than its %g s, while "
                     "the database could not be reached); asking its handler to stop (if it does, the job is "
                     "handed back, its attempt not counted)",
-                    job.id, job.lease, now - leased_at, length,
+                    job.id, job.lease, now - leased_at, length, extra=log_fields(job),
                 )  # fmt: skip
         return lost
 
@@ -169,6 +169,7 @@ def warn_overdue(job: Job) -> None:
         "job %d is past its deadline (its queue's timeout): no more heartbeats; the reaper recovers it "
         "when its lease ends",
         job.id,
+        extra=log_fields(job),
     )
 
 
@@ -181,9 +182,10 @@ def report_lost(due: Iterable[Job], beat: Beat, still: set[int]) -> list[Job]:
             warn_overdue(job)
         if job.id not in beat.held and job.id in still:
             if job._cancel_is_set():
-                logger.info("job %d: lease %d void (cancelled meanwhile?)", job.id, job.lease)
+                logger.info("job %d: lease %d void (cancelled meanwhile?)", job.id, job.lease,
+                            extra=log_fields(job))  # fmt: skip
             else:
                 logger.warning("job %d: lease %d lost while in hand; its result will be discarded",
-                               job.id, job.lease)  # fmt: skip
+                               job.id, job.lease, extra=log_fields(job))  # fmt: skip
                 stop.append(job)
     return stop

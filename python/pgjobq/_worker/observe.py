@@ -20,9 +20,10 @@ __all__ = ["Outcome", "WorkerObserver"]
 
 # How a job in hand ended, as the worker settled it:
 # done: completed (the database accepted it); retried: failed, to run again;
-# failed: failed for good (dead letter); cancelled: ended cancelled;
-# snoozed: put back for later, the attempt not counted; released: handed back
-# unstarted; lost: its lease was gone when the worker reported (reaped meanwhile).
+# failed: failed for good (dead letter: out of attempts, or Discard); cancelled:
+# ended cancelled; snoozed: put back for later, the attempt not counted (Snooze,
+# or handed back for a worker that knows its task: UnknownTask); released: handed
+# back unstarted; lost: its lease was gone when the worker reported (reaped meanwhile).
 Outcome = Literal["done", "retried", "failed", "cancelled", "snoozed", "released", "lost"]
 
 

@@ -1,19 +1,33 @@
-"""WorkerSettings: how a worker (Worker or AsyncWorker) claims, waits and recovers, checked once."""
+"""WorkerSettings: how a worker (Worker or AsyncWorker) claims, waits and recovers, checked once; and what
+else a worker is given (a connection string or a connect callable, a handler or a task registry), checked
+by check_worker_arguments for both workers."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeGuard
+from typing import Any, Protocol, TypeGuard
 
 from pgjobq._errors import ConfigurationError
+from pgjobq._job import Job
 from pgjobq._worker.observe import WorkerObserver
 
-__all__ = ["DEFAULT_LEASE_SECONDS", "WorkerSettings", "default_worker_name"]
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_QUEUE",
+    "TaskRegistry",
+    "WorkerSettings",
+    "check_worker_arguments",
+    "default_worker_name",
+]
+
+# The queue of a worker whose settings name none and that runs a handler (a task registry names its own).
+DEFAULT_QUEUE = "default"
 
 
 def default_worker_name() -> str:
@@ -53,7 +67,8 @@ class WorkerSettings:
 
     ``queue`` is a queue name, or a list of several: the worker then claims
     from all of them at once (``jobq.claim_any``), listens on each one's
-    channel and registers as waiting on each.
+    channel and registers as waiting on each.  None (the default): the
+    queues of the worker's task registry (``tasks=``), else "default".
 
     ``prepared_statements=False`` stops psycopg from preparing the statements
     it runs often (``prepare_threshold=None``).  Turn it off behind PgBouncer
@@ -85,7 +100,7 @@ class WorkerSettings:
     before the database is touched.
     """
 
-    queue: str | Sequence[str] = "default"
+    queue: str | Sequence[str] | None = None  # the task registry's queues, else DEFAULT_QUEUE
     batch: int = 10
     concurrency: int = 1
     poll_interval: float = 1.0
@@ -120,7 +135,7 @@ class WorkerSettings:
                 f"got {value!r}",
             )
 
-        if not isinstance(self.queue, str):
+        if self.queue is not None and not isinstance(self.queue, str):
             names = self.queue
             require(
                 isinstance(names, Sequence) and all(isinstance(q, str) for q in names),
@@ -164,7 +179,9 @@ class WorkerSettings:
 
     @property
     def queues(self) -> tuple[str, ...]:
-        """The queues the worker claims from: queue, as a tuple of one name or several."""
+        """The queues the worker claims from: queue, as a tuple of one name or several (None: "default")."""
+        if self.queue is None:
+            return (DEFAULT_QUEUE,)
         return (self.queue,) if isinstance(self.queue, str) else tuple(self.queue)
 
     def claim_params(self) -> dict[str, Any]:
@@ -187,3 +204,70 @@ class WorkerSettings:
         if self.heartbeat_interval is not None:
             return self.heartbeat_interval
         return None if self.lease_timeout is None else self.lease_timeout / 4
+
+
+class TaskRegistry(Protocol):
+    """What a worker needs of a task registry (``Worker(tasks=...)``; pgjobq's Tasks is one).
+
+    queues: the queues its tasks go to (the worker's, when its settings name
+    none; a queue setting narrows them).  lease_timeout: the lease the
+    worker claims under when its settings name none (None: the queue's).
+    sync_handler: the handler a Worker runs, which dispatches each job to its
+    task (ConfigurationError when a task is a coroutine function: run those
+    with AsyncWorker); async_handler: the same for AsyncWorker.
+    """
+
+    @property
+    def queues(self) -> tuple[str, ...]: ...
+
+    @property
+    def lease_timeout(self) -> float | None: ...
+
+    def sync_handler(self) -> Callable[[Job], object]: ...
+
+    def async_handler(self) -> Callable[[Job], Awaitable[object]]: ...
+
+
+def check_worker_arguments(
+    worker: str,
+    conninfo: object,
+    connect: object,
+    handler: object,
+    tasks: TaskRegistry | None,
+    settings: WorkerSettings | None,
+) -> WorkerSettings:
+    """Refuse what a worker (named worker, for the messages) cannot run with; its settings, with a task
+    registry's queues and lease_timeout where the settings name none (checked as any settings are).
+
+    Exactly one of conninfo (a libpq connection string) and connect (a
+    callable returning a new connection), and exactly one of handler (a
+    callable) and tasks; ConfigurationError otherwise, naming the argument.
+    """
+
+    def exactly_one(first: str, second: str, given: tuple[object, object]) -> None:
+        if (given[0] is None) == (given[1] is None):
+            both = "both" if given[0] is not None else "neither"
+            raise ConfigurationError(f"{worker} takes exactly one of {first} and {second}, got {both}")
+
+    exactly_one("conninfo", "connect", (conninfo, connect))
+    if conninfo is not None and not isinstance(conninfo, str):
+        raise ConfigurationError(f"conninfo must be a libpq connection string, got {type(conninfo).__name__}")
+    if connect is not None and not callable(connect):
+        raise ConfigurationError(
+            f"connect must be a callable returning a new connection, got {type(connect).__name__}"
+        )
+    exactly_one("handler", "tasks", (handler, tasks))
+    if handler is not None and not callable(handler):
+        raise ConfigurationError(f"handler must be a callable taking a Job, got {type(handler).__name__}")
+    if settings is None:
+        settings = WorkerSettings()
+    elif not isinstance(settings, WorkerSettings):
+        raise ConfigurationError(f"settings must be a pgjobq.WorkerSettings, got {type(settings).__name__}")
+    if tasks is None:
+        return settings
+    changes: dict[str, Any] = {}
+    if settings.queue is None:
+        changes["queue"] = list(tasks.queues)
+    if settings.lease_timeout is None and tasks.lease_timeout is not None:
+        changes["lease_timeout"] = tasks.lease_timeout
+    return dataclasses.replace(settings, **changes) if changes else settings

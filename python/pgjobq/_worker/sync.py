@@ -37,9 +37,17 @@ run on a pool of that many threads.  The loop:
 - stores a handler's return value as its job's result (a value JSON
   cannot encode fails the job instead, as an exception would); a handler
   raising ``Snooze(delay)`` puts its job back for that long, the attempt
-  not counted (``jobq.snooze``), and one raising ``Retry(after)`` fails the
+  not counted (``jobq.snooze``), one raising ``Retry(after)`` fails the
   attempt and has it retried after that long (``jobq.fail(retry_in =>
-  ...)``);
+  ...)``), one raising ``Discard(reason)`` fails its job for good at once
+  (``jobq.fail(retry => false)``, extension 0.9.0; on 0.8.0 a plain
+  failure, said once), and a task registry's ``UnknownTask`` hands the job
+  back for a worker that knows its task (``jobq.hand_back``, 0.9.0;
+  ``jobq.snooze`` on 0.8.0), warned about once a minute per task;
+- sets ``pgjobq._job.CURRENT_JOB`` to the job around each handler call (on
+  the thread that runs it), so that a log line written there knows its
+  job; the worker's own lines about one job carry its fields
+  (``log_fields``: job_id, task, queue, attempt);
 - sets ``job.cancel_requested`` when ``jobq.cancel`` asks the job to stop:
   it hears the request at once on its listening connection (the
   notification ``cancel:<id>,...`` on the queue's channel, looked for every
@@ -84,20 +92,38 @@ run on a pool of that many threads.  The loop:
   own clock gets its ``cancel_requested`` set: another worker may be
   running it already (a handler that then stops has its job handed back,
   the attempt not counted: pgjobq._worker.acks.report);
-- refuses to start on a database whose pgjobq extension this package does
-  not support (IncompatibleExtension), and refuses a coroutine function as
-  handler (ConfigurationError): its jobs would be marked done without running
-  (pgjobq.AsyncWorker runs those).
+- on a database whose pgjobq extension this package does not support, or
+  that has none (IncompatibleExtension), says so in one line and tries
+  again with its reconnect backoff, an upgrade may be under way; it picks
+  its statements by the version it finds at each connect
+  (pgjobq._worker.steps.FEATURES: on 0.9.0 its claims read each job's
+  task); it refuses a coroutine function as handler (ConfigurationError):
+  its jobs would be marked done without running (pgjobq.AsyncWorker runs
+  those).
 
-The policy lives in modules both workers share, each one concern, with no
-I/O of its own: WorkerSettings (pgjobq._worker.settings), the jobs in hand
-(pgjobq._worker.in_hand), acknowledgements and failure reports (pgjobq._worker.acks), the
-heartbeat schedule (pgjobq._worker.leases), LISTEN and its probe (pgjobq._worker.listen),
-reap and tick (pgjobq._worker.upkeep), the reconnect backoff (pgjobq._worker.backoff),
-signals (pgjobq._worker.signals), the workers' connections (pgjobq._worker.connections)
-and the observers (pgjobq._worker.observing).  This module holds what is the sync
-Worker's own: the caller's thread doing the talking, handlers inline with
-the keeper thread, or on a pool of threads.
+``Worker(connect=callable)`` opens every connection (the first ones and
+each reconnect) with the callable, a new psycopg Connection each call, in
+place of a conninfo: for applications that make their connections
+themselves (rotating credentials, tokens); the worker still makes them
+autocommit and names them (pgjobq._worker.connections.adopt).
+``Worker(tasks=registry)`` runs a task registry's handler in place of
+``handler``, on the registry's queues and lease_timeout where the settings
+name none (pgjobq._worker.settings.TaskRegistry).
+
+Every round trip to the database (claim, acknowledge, heartbeat, release,
+register as waiting, reap and tick, the LISTEN probe) is a step of the
+worker core, written once for both workers (pgjobq._worker.steps), which
+also holds the jobs in hand (pgjobq._worker.in_hand, the one record of
+them) and the other policy both share, each in a module of its own with no
+I/O: WorkerSettings (pgjobq._worker.settings), acknowledgements and failure
+reports (pgjobq._worker.acks), the heartbeat schedule (pgjobq._worker.leases),
+LISTEN (pgjobq._worker.listen), reap and tick (pgjobq._worker.upkeep), the
+reconnect backoff (pgjobq._worker.backoff), signals (pgjobq._worker.signals),
+the workers' connections (pgjobq._worker.connections) and the observers
+(pgjobq._worker.observing).  This module holds what is the sync Worker's
+own: the caller's thread doing the talking and serving the steps' requests
+(steps.drive), handlers inline with the keeper thread, or on a pool of
+threads.
 """
 
 from __future__ import annotations
@@ -108,72 +134,39 @@ import math
 import signal
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Collection
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
 from pgjobq import _tracing
 from pgjobq._client import sync as client
-from pgjobq._errors import (
-    ConfigurationError,
-    Error,
-    InvalidArgument,
-    JobNotFound,
-    LeaseLost,
-    PermissionDenied,
-    first_line,
-)
+from pgjobq._client.proto import Call
+from pgjobq._errors import ConfigurationError, first_line
 from pgjobq._install.check import check_extension
-from pgjobq._job import Job
-from pgjobq._queries import query
+from pgjobq._job import CURRENT_JOB, Job
 from pgjobq._worker import acks, connections, signals
 from pgjobq._worker.backoff import Backoff
-from pgjobq._worker.in_hand import InHand
-from pgjobq._worker.leases import Leases, report_lost
-from pgjobq._worker.listen import (
-    CANCEL_CHECK,
-    PROBE_TIMEOUT,
-    cancel_ids,
-    listen_statement,
-    probe_channel,
-    unlisten_statement,
-    warn_not_delivered,
-    warn_wait_refused,
-)
-from pgjobq._worker.observe import Outcome
-from pgjobq._worker.observing import Observers, Timing
-from pgjobq._worker.settings import WorkerSettings
-from pgjobq._worker.upkeep import Upkeep
+from pgjobq._worker.listen import CANCEL_CHECK, cancel_ids, listen_statement, unlisten_statement
+from pgjobq._worker.settings import TaskRegistry, WorkerSettings, check_worker_arguments
+from pgjobq._worker.steps import Core, DropWakeUps, Heard, Listen, Request, Sleep, Step, Unlisten, drive
 
-__all__ = ["Handler", "Worker", "WorkerSettings"]
+__all__ = ["Connect", "Handler", "Worker", "WorkerSettings"]
 
 logger = logging.getLogger("pgjobq.worker")
 
+R = TypeVar("R")
+
 Handler = Callable[[Job], object]
-
-# When jobq.wait could not register (a producer's transaction was in flight),
-# listen this long before claiming again.
-REGISTER_RETRY = 0.015
-# Wake this long after the next job's run_at, so that its claim, whose clock
-# is the database's, finds it runnable.
-RUN_AT_MARGIN = 0.002
-
-
-@dataclass
-class _Running:
-    """A job handed to a handler thread, not yet acknowledged."""
-
-    job: Job
-    future: Future[None]
+# A callable that returns a new connection, for every connection the worker opens (Worker(connect=...)).
+Connect = Callable[[], psycopg.Connection[Any]]
 
 
 def _call(handler: Handler, job: Job, worker: str) -> str | None:
-    """Run handler on job; return its result as JSON text (None: it returned None, no result).
+    """Run handler on job, CURRENT_JOB set to it; return its result as JSON text (None: it returned None,
+    no result).
 
     One that hands back something to await fails the job instead of
     completing it: start-up refuses coroutine functions, but a wrapper (a
@@ -183,8 +176,12 @@ def _call(handler: Handler, job: Job, worker: str) -> str | None:
     them), fails the job with InvalidArgument naming its type, rather than
     completing it without its result (pgjobq._worker.acks.encode_result).
     """
-    with _tracing.process(job, worker):
-        result = handler(job)
+    token = CURRENT_JOB.set(job)
+    try:
+        with _tracing.process(job, worker):
+            result = handler(job)
+    finally:
+        CURRENT_JOB.reset(token)
     if result is None:  # most handlers: no ABC check, no encoding
         return None
     return acks.encode_result(handler, result)
@@ -197,17 +194,33 @@ class _GiveUp(BaseException):
 class Worker:
     """Runs ``handler`` on the jobs of one queue or several.  See the module docstring.
 
-    ``conninfo`` is a libpq connection string ("" uses the PG* environment).
-    A handler returns normally to complete its job, and what it returns
-    (any JSON value; None for no result) is stored as the job's result.  Any
+    ``conninfo`` is a libpq connection string ("" uses the PG* environment);
+    or ``connect``, a callable returning a new psycopg Connection, makes
+    every connection the worker opens (exactly one of the two).  A handler
+    returns normally to complete its job, and what it returns (any JSON
+    value; None for no result) is stored as the job's result.  Any
     exception (even SystemExit) fails it with ``"<ExceptionType>:
     <message>"``, except ``Snooze`` (the job waits, the attempt is given
-    back) and ``Retry`` (a failure retried after the time it names).  A job
-    whose cancel was requested (``job.cancel_requested``) ends cancelled when
-    its handler raises, done when it returns.
+    back), ``Retry`` (a failure retried after the time it names) and
+    ``Discard`` (failed for good at once).  A job whose cancel was requested
+    (``job.cancel_requested``) ends cancelled when its handler raises, done
+    when it returns.  ``tasks`` (a task registry) in place of ``handler``
+    runs each job's task (exactly one of the two).
     """
 
-    def __init__(self, conninfo: str, handler: Handler, settings: WorkerSettings | None = None) -> None:
+    def __init__(
+        self,
+        conninfo: str | None = None,
+        handler: Handler | None = None,
+        settings: WorkerSettings | None = None,
+        *,
+        connect: Connect | None = None,
+        tasks: TaskRegistry | None = None,
+    ) -> None:
+        settings = check_worker_arguments("Worker", conninfo, connect, handler, tasks, settings)
+        if tasks is not None:
+            handler = tasks.sync_handler()  # ConfigurationError when a task is a coroutine function
+        assert handler is not None
         if acks.is_coroutine_function(handler):
             raise ConfigurationError(
                 f"handler {acks.handler_name(handler)} is a coroutine function (async def): this Worker "
@@ -216,22 +229,10 @@ class Worker:
             )
         self.conninfo = conninfo
         self.handler = handler
-        self.settings = settings or WorkerSettings()
-        queues = self.settings.queues
-        # Several queues: jobq.claim_any (after complete_many: there is no complete_and_claim_any), and
-        # jobq.wait on each queue, in one statement.
-        self._several = len(queues) > 1
-        self._queue_names = ", ".join(queues)  # for logs
-        # The hot statements' parameters, checked once (by WorkerSettings) rather than at every claim.
-        self._claim_params = self.settings.claim_params()
-        self._wait_params = self.settings.wait_params()
-        self._name = self.settings.name
-        # Observers (settings.observers): falsy when none, so that the hot path tests one truth value.
-        self._observers = Observers(self.settings.observers)
-        self._observing = bool(self.settings.observers)  # a plain bool: tested on the hot path
-        self._timing = Timing()
+        self.settings = settings
+        self._make_connection = connect
+        self._name = settings.name
         self._reconnecting = False  # the connections were lost: tell the observers once made again
-        self.processed = 0
         self.abandoned = 0  # jobs left in hand by a forced stop (a second stop())
         self._stop = threading.Event()
         self._stop_requests = 0
@@ -240,36 +241,30 @@ class Worker:
         # Held by whoever reads the listening connection: the loop, or the keeper while a handler runs.
         self._listen_lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None  # handler threads (concurrency > 1)
-        # Jobs in hand.  Handler threads append to _finished (deque appends are
-        # thread-safe).  The keeper thread (concurrency 1) shares _backlog,
-        # _current, _hand (the backlog and the outcomes collected), _leases
-        # (the heartbeat schedule),
-        # _next_listen_check, _keeper_due and processed: they change under
-        # _lock.  Everything else belongs to the loop's thread.
+        # The core's state (the jobs in hand, the heartbeat schedule, processed) changes under _lock:
+        # the keeper thread (concurrency 1) and the handler threads (above 1) change it too, as do
+        # _next_listen_check and _keeper_due.  Everything else belongs to the loop's thread.
         self._lock = threading.Lock()
+        self._core = Core(
+            settings, lock=self._lock, stopping=self._stop.is_set, start_handlers=self._start_handlers
+        )
         self._keeper_wake = threading.Condition(self._lock)
         self._keeper: threading.Thread | None = None
         # When the keeper wakes next (monotonic; inf: when notified).  A handler
         # start notifies it only when something falls due before that.
         self._keeper_due = math.inf
         self._closing = False  # tells the keeper to end
-        # claimed, not started (handed back on stop), and the outcomes collected, to acknowledge
-        self._hand = InHand()
-        self._current: Job | None = None  # its handler runs on the loop's thread now (concurrency 1)
         self._in_handler = False  # a second signal may interrupt the handler now
-        self._running: dict[int, _Running] = {}  # given to a handler thread
-        # handler returned: (job, exception or None, result as JSON text or None)
-        self._finished: deque[tuple[Job, BaseException | None, str | None]] = deque()
-        # Heartbeats: every _leases.every seconds, from the leases in hand.
-        self._leases = Leases(self.settings, self._queue_names)
+        self._returned = threading.Event()  # a handler thread recorded an outcome (concurrency > 1)
         self._next_listen_check = 0.0  # when to look for cancel notifications next, while handlers run
-        self._upkeep = Upkeep()  # reap and tick: when next, and whether this role may
-        self._drained = False  # burst mode: the queue had no runnable job
         self._poll_only = False  # the LISTEN probe failed on this connection: poll until reconnected
-        self._may_wait = True  # False once jobq.wait was refused to this role
-        self._started = False  # said so, once connected to a database it supports
 
     # -- public API -----------------------------------------------------------
+
+    @property
+    def processed(self) -> int:
+        """How many jobs the worker has reported the outcome of (done, failed, snoozed, ...)."""
+        return self._core.processed
 
     def stop(self) -> None:
         """Ask the worker to stop gracefully (thread- and signal-safe).
@@ -296,10 +291,7 @@ class Worker:
         except _GiveUp:
             pass  # a second signal interrupted a handler: its job is abandoned below
         finally:
-            self.abandoned = (
-                len(self._hand.backlog) + len(self._running) + len(self._finished) + len(self._hand.ok)
-                + len(self._hand.failed) + (self._current is not None)
-            )  # fmt: skip
+            self.abandoned = len(self._core.hand)
             if self.abandoned:
                 logger.warning("abandoning %d job(s) in hand; the reaper will recover them", self.abandoned)
             self._stop_keeper()
@@ -312,133 +304,99 @@ class Worker:
 
     # -- the loop -------------------------------------------------------------
 
-    def _in_hand(self) -> bool:
-        return bool(self._hand or self._current or self._running or self._finished)
+    def _drive(self, step: Step[R]) -> R:
+        """Run a step of the core on this worker's connections (on the loop's thread or the keeper's)."""
+        conn = self._conn
+        assert conn is not None
+        run, serve_other = client._run, self._serve
+
+        def serve(request: Request) -> Any:
+            if type(request) is Call:
+                return run(conn, request)
+            return serve_other(request)
+
+        return drive(step, serve)
+
+    def _serve(self, request: Request) -> Any:
+        """Serve a step's request about waiting or the listening connection."""
+        if isinstance(request, Sleep):
+            return self._listen_until(request.deadline, self._listen_conn)
+        listen = self._listen_conn
+        if isinstance(request, DropWakeUps):
+            if listen is not None:
+                with self._listen_lock:
+                    self._read_notifications(listen, 0)
+            return None
+        assert listen is not None
+        with self._listen_lock:
+            if isinstance(request, Listen):
+                listen.execute(listen_statement(request.channel))
+                return None
+            if isinstance(request, Unlisten):
+                listen.execute(unlisten_statement(request.channel))
+                return None
+            if isinstance(request, Heard):
+                with contextlib.closing(listen.notifies(timeout=request.timeout)) as notifies:
+                    return any(n.channel == request.channel for n in notifies)
+        raise TypeError(f"a step asked for {request!r}")
 
     def _work(self) -> None:
         backoff = Backoff(self.settings.reconnect_delay_max)
-        while self._stop_requests < 2 and (self._in_hand() or not (self.stopping or self._drained)):
+        core = self._core
+        while self._stop_requests < 2 and (core.hand or not (self.stopping or core.drained)):
             try:
                 self._connect()
                 if self._reconnecting:
                     self._reconnecting = False
-                    if self._observing:
-                        self._observers.reconnected()
+                    if core.observing:
+                        core.observers.reconnected()
                 self._step()
                 backoff.reset()  # only a step that worked ends the backoff, not a connection alone
-            except connections.UNAVAILABLE as exc:
+            except connections.RETRIED as exc:
                 self._disconnect()
-                self._reconnecting = self._started  # a reconnect once it had connected
+                self._reconnecting = core.started  # a reconnect once it had connected
                 pause = backoff.next()  # doubling up to reconnect_delay_max, with jitter
-                logger.warning("%s; retrying in %.1f s", connections.unavailable(exc), pause)
-                self._presume_lost()
+                logger.warning("%s", connections.retrying(exc, pause))
+                core.presume_lost()
                 self._sleep(pause)
 
     def _step(self) -> None:
-        self._collect()
-        batch_over = not self._running and not self._hand.backlog
+        core = self._core
+        hand = core.hand
+        if self._returned.is_set():  # handler threads recorded outcomes since the last step
+            self._returned.clear()
+            if core.observing:
+                core.observers.pending(hand.pending)
+        batch_over = not hand.running and not hand.backlog
         if not self.stopping:
             self._start_handlers()  # idle handler threads first: the acknowledgement can wait for them
         if self._claiming() and batch_over:
             # the successes ride on the next claim (jobq.complete_and_claim)
-            self._report_failures()
-        else:
-            self._acknowledge(now=self.stopping or batch_over)
-        if self.stopping:
-            self._release_backlog()
-        self._heartbeat()
+            if hand.failed:
+                self._drive(core.report_failures())
+        elif core.ack_due(self.stopping or batch_over):
+            self._drive(core.acknowledge())
+        if self.stopping and hand.backlog:
+            self._drive(core.release_backlog())
         now = time.monotonic()
-        if self._running and self._listen_conn is not None and now >= self._next_listen_check:
+        if now >= core.leases.next_due:
+            self._drive(core.heartbeat())
+        if hand.running and self._listen_conn is not None and now >= self._next_listen_check:
             self._look_for_cancels_if_due(keeper=False)  # handler threads run: the keeper's job in effect
-        if now >= self._upkeep.next_due:
-            self._reap()
-            self._tick()
-            self._upkeep.next_due = now + self.settings.reap_interval
+        if now >= core.upkeep.next_due:
+            self._drive(core.reap_and_tick())
         self._start_handlers()
-        if self._claiming() and self._claim():
+        if self._claiming() and self._drive(core.claim()):
             return
-        if self._running:
+        if hand.running:
             self._wait_for_handlers()
-        elif not self.stopping and not self._drained:
-            self._wait_for_work()
+        elif not self.stopping and not core.drained:
+            self._drive(core.wait_for_work())
 
     def _claiming(self) -> bool:
         """Whether to claim now: a handler thread is idle, and the worker is neither stopping nor drained."""
-        return not self.stopping and not self._drained and len(self._running) < self.settings.concurrency
-
-    def _claim(self) -> bool:
-        """Claim a batch into the backlog; False when the queue had nothing runnable (or nothing its limits
-        let this claim take).
-
-        Successes waiting to be acknowledged go with the claim: one statement,
-        one round trip and one commit for both (jobq.complete_and_claim), with
-        their results when any has one.  When the database refuses the
-        results (one over its 1 MiB limit, say), nothing is acknowledged or
-        claimed: the jobs are acknowledged one by one (_complete_singly), then
-        the claim goes alone.  With several queues the successes go first,
-        in one jobq.complete_many (so that the limits no longer count them as
-        running), then the claim (jobq.claim_any).
-        """
-        conn = self._conn
-        assert conn is not None
-        if self._several:
-            self._complete_many()
-            began = time.perf_counter()
-            jobs = client.claim_any_unchecked(conn, self._claim_params, prepare=True)
-            return self._claimed(jobs, began)
-        successes, results = self._take_successes()
-        began = time.perf_counter()
-        settled = not successes  # once true, a failure below leaves the successes alone
-        try:
-            if successes:
-                params = {
-                    **self._claim_params,
-                    "ids": [job.id for job in successes],
-                    "leases": [job.lease for job in successes],
-                    "results": results,
-                }
-                try:
-                    accepted, jobs = client.complete_and_claim_unchecked(conn, params, prepare=True)
-                except InvalidArgument:
-                    if results is None:
-                        raise
-                    settled = True
-                    self._complete_singly(conn, successes, results)
-                    began = time.perf_counter()
-                    jobs = client.claim_unchecked(conn, self._claim_params, prepare=True)
-                else:
-                    settled = True
-                    self._acknowledged(successes, accepted)
-            else:
-                jobs = client.claim_unchecked(conn, self._claim_params, prepare=True)
-        except BaseException:
-            if not settled:
-                self._restore_successes(successes, results)
-            raise
-        return self._claimed(jobs, began)
-
-    def _claimed(self, jobs: list[Job], began: float) -> bool:
-        """Take the jobs a claim (sent at perf_counter began) returned in hand; whether there were any."""
-        if self._observing:
-            now = time.perf_counter()
-            self._observers.claimed(self.settings.queues, jobs, now - began)
-            self._timing.held(jobs, now)
-        if jobs:
-            self._hold(jobs)
-            self._start_handlers()
-        if not jobs and self.settings.burst and not self._in_hand():
-            noun = "queues" if self._several else "queue"
-            logger.info("%s %s has no runnable job: burst done", noun, self._queue_names)
-            self._drained = True
-        return bool(jobs)
-
-    def _hold(self, jobs: list[Job]) -> None:
-        """Take the jobs just claimed into the backlog, and schedule their heartbeats from their leases."""
-        now = time.monotonic()
-        with self._lock:
-            alone = not (self._hand.backlog or self._running or self._current is not None)
-            self._leases.held(jobs, now, alone=alone)
-            self._hand.hold(jobs)
+        core = self._core
+        return not self.stopping and not core.drained and len(core.hand.running) < self.settings.concurrency
 
     def _start_handlers(self) -> None:
         """Give backlog jobs to idle handler threads (never more: the rest stays ours to hand back).
@@ -446,45 +404,51 @@ class Worker:
         With concurrency 1, run them here instead, one after another, until
         the backlog is empty or stop().  A job whose cancel was requested
         before it started is not run: it goes back to the database (which
-        cancels it).
+        cancels it).  The core calls this too, once a claim's jobs are in hand.
         """
-        if self._pool is None:
+        pool = self._pool
+        if pool is None:
             self._run_backlog()
             return
-        while self._hand.backlog and len(self._running) < self.settings.concurrency:
-            job = self._hand.backlog.popleft()
-            if job._cancel_is_set():
-                self._record(job, acks.CancelledUnstarted(), None)
-                continue
-            if self._observing:
-                self._observers.started(job, self._timing.start(job, time.perf_counter()))
-            future = self._pool.submit(self._run_handler, job)
-            self._running[job.id] = _Running(job, future)
+        core = self._core
+        hand = core.hand
+        while hand.backlog and len(hand.running) < self.settings.concurrency:
+            with self._lock:
+                job = hand.backlog.popleft()
+                if job._cancel_is_set():
+                    core.record(job, acks.CancelledUnstarted(), None)
+                    continue
+                hand.start(job)
+            if core.observing:
+                core.observers.started(job, core.timing.start(job, time.perf_counter()))
+            pool.submit(self._run_handler, job)
 
     def _run_backlog(self) -> None:
         """Run the backlog's handlers on this thread (concurrency 1); the keeper watches meanwhile."""
-        while self._hand.backlog and not self.stopping:
+        core = self._core
+        hand = core.hand
+        while hand.backlog and not self._stop.is_set():
             with self._lock:
-                job = self._hand.backlog.popleft()
+                job = hand.backlog.popleft()
                 if job._cancel is not None and job._cancel.is_set():  # (inline: this runs for every job)
-                    self._record(job, acks.CancelledUnstarted(), None)
+                    core.record(job, acks.CancelledUnstarted(), None)
                     continue
-                self._current = job
-                due = self._leases.next_due
-                if self._hand.ok:
-                    due = min(due, self._hand.oldest_unacked + self.settings.ack_interval)
+                hand.start(job)
+                due = core.leases.next_due
+                if hand.ok:
+                    due = min(due, hand.oldest_unacked + self.settings.ack_interval)
                 if self._listen_conn is not None and self._next_listen_check < due:
                     due = self._next_listen_check
                 if due < self._keeper_due:  # the keeper would sleep through it: wake it to rearm
                     self._keeper_due = due  # once: it may take a while to run, and recomputes anyway
                     self._keeper_wake.notify()
-            if self._observing:
-                self._observers.started(job, self._timing.start(job, time.perf_counter()))
+            if core.observing:
+                core.observers.started(job, core.timing.start(job, time.perf_counter()))
             self._in_handler = True
             try:
                 result = _call(self.handler, job, self._name)
             except _GiveUp:
-                raise  # a second signal: the job stays _current, to be abandoned
+                raise  # a second signal: the job stays in hand, running, to be abandoned
             except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
                 error: BaseException | None = exc
                 result = None
@@ -492,81 +456,38 @@ class Worker:
                 error = None
             finally:
                 self._in_handler = False
-                if self._observing:
-                    self._timing.end(job, time.perf_counter())
+                if core.observing:
+                    core.timing.end(job, time.perf_counter())
             with self._lock:
-                self._record(job, error, result)
-                self._current = None
+                core.record(job, error, result)
 
     def _run_handler(self, job: Job) -> None:
-        """Runs on a handler thread: records the handler's exception (None on success) in _finished."""
+        """Runs on a handler thread: records the handler's outcome in hand, and wakes the loop."""
         try:
             result = _call(self.handler, job, self._name)
         except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
-            if self._observing:
-                self._timing.end(job, time.perf_counter())
-            self._finished.append((job, exc, None))
+            error: BaseException | None = exc
+            result = None
         else:
-            if self._observing:
-                self._timing.end(job, time.perf_counter())
-            self._finished.append((job, None, result))
+            error = None
+        core = self._core
+        if core.observing:
+            core.timing.end(job, time.perf_counter())
+        with self._lock:
+            core.hand.record(job, error, result, time.monotonic())  # the loop tells the observers
+        self._returned.set()
 
     def _wait_for_handlers(self) -> None:
         """Sleep until a handler finishes, a heartbeat or an acknowledgement is due, it is time to look for
         cancel notifications, or a poll interval."""
-        deadline = min(self._leases.next_due, time.monotonic() + self.settings.poll_interval)
-        if self._hand.ok or self._hand.failed:
-            deadline = min(deadline, self._hand.oldest_unacked + self.settings.ack_interval)
+        core = self._core
+        hand = core.hand
+        deadline = min(core.leases.next_due, time.monotonic() + self.settings.poll_interval)
+        if hand.ok or hand.failed:
+            deadline = min(deadline, hand.oldest_unacked + self.settings.ack_interval)
         if self._listen_conn is not None:
             deadline = min(deadline, self._next_listen_check)
-        timeout = max(0.0, deadline - time.monotonic())
-        wait([r.future for r in self._running.values()], timeout=timeout, return_when=FIRST_COMPLETED)
-
-    def _wait_for_work(self) -> None:
-        """The claim found nothing: register as waiting, claim once more, then sleep until there is work.
-
-        Sleeps until a notification for our queue arrives (then claims at
-        once), the poll interval passes, the queue's next job in the future
-        is due, or stop().  Without a listening connection (listen=False, or
-        its probe failed) it only sleeps the poll interval: registering
-        would make producers notify for nobody.  A cancel notification
-        (``cancel:<ids>``) is no wake-up: it only concerns jobs in hand.
-        """
-        # also woken for the next reap and tick: schedules advance every reap_interval
-        deadline = min(time.monotonic() + self.settings.poll_interval, self._upkeep.next_due)
-        conn, listen = self._conn, self._listen_conn
-        if listen is None or not self._may_wait:
-            self._listen_until(deadline, listen)
-            return
-        assert conn is not None
-        self._acknowledge(now=True)  # nothing in hand is worth holding back while we sleep
-        # Wake-ups that came while the worker was busy are stale: the claim after registering
-        # finds their jobs.  Left pending, they would end the sleep below at once.
-        with self._listen_lock:
-            self._read_notifications(listen, 0)
-        before = time.monotonic()
-        try:
-            if self._several:
-                registered, _, next_run_in = client.wait_any_unchecked(conn, self._wait_params, prepare=True)
-            else:
-                registered, _, next_run_in = client.wait_unchecked(conn, self._wait_params, prepare=True)
-        except PermissionDenied as exc:
-            self._may_wait = False
-            warn_wait_refused(first_line(exc), self.settings.poll_interval)
-            return
-        if not registered:  # a producer is in flight: claim again soon (or when another waiter is notified)
-            if self._listen_until(time.monotonic() + REGISTER_RETRY, listen):
-                self._claim()
-            return
-        if next_run_in is not None:
-            deadline = min(deadline, before + next_run_in.total_seconds() + RUN_AT_MARGIN)
-        # Registered: jobs committed from now on notify us; those committed before, this claim finds.
-        if self.stopping or self._claim():
-            return
-        if self._listen_until(deadline, listen):
-            # At once, before the loop's bookkeeping.  (On the work connection: claiming on the
-            # listening one, whose backend has just run, measured no faster.)
-            self._claim()
+        self._returned.wait(max(0.0, deadline - time.monotonic()))
 
     def _listen_until(self, deadline: float, listen: psycopg.Connection[Any] | None) -> bool:
         """Sleep until deadline (monotonic), stop(), or a wake-up notification on listen (then True).
@@ -599,7 +520,7 @@ class Worker:
             if ids is None:
                 woken = True
             else:
-                self._request_cancel(ids, "by notification")
+                self._core.request_cancel(ids, "by notification")
         return woken
 
     def _sleep(self, seconds: float) -> None:
@@ -611,10 +532,10 @@ class Worker:
         """Every CANCEL_CHECK seconds while handlers run: read, without waiting, the notifications the
         listening connection holds, for cancel requests.
 
-        The wake-ups read meanwhile are stale (see _wait_for_work).  The
-        keeper (concurrency 1) reads only while a handler runs on the loop's
-        thread, and never waits for the connection: between handlers it is
-        the loop's.
+        The wake-ups read meanwhile are stale (see steps.Core.wait_for_work).
+        The keeper (concurrency 1) reads only while a handler runs on the
+        loop's thread, and never waits for the connection: between handlers
+        it is the loop's.
         """
         with self._lock:
             now = time.monotonic()
@@ -625,7 +546,7 @@ class Worker:
             return
         try:
             listen = self._listen_conn
-            if listen is None or listen.closed or (keeper and self._current is None):
+            if listen is None or listen.closed or (keeper and not self._core.hand.running):
                 return
             self._read_notifications(listen, 0)
         except psycopg.OperationalError as exc:
@@ -635,220 +556,6 @@ class Worker:
             logger.debug("keeper: the listening connection failed (%s)", first_line(exc))
         finally:
             self._listen_lock.release()
-
-    def _request_cancel(self, ids: Collection[int], how: str) -> None:
-        """Set cancel_requested on the jobs in hand, not finished, whose id is in ids."""
-        if not ids:
-            return
-        with self._lock:
-            jobs = [job for job in self._unfinished() if job.id in ids and not job._cancel_is_set()]
-        for job in jobs:
-            job._request_cancel()
-            logger.info("job %d: cancel requested (heard %s)", job.id, how)
-
-    # -- acknowledging ------------------------------------------------------
-
-    def _collect(self) -> None:
-        """Move the jobs whose handler thread returned from _running to the results to report."""
-        while self._finished:
-            job, outcome, result = self._finished.popleft()
-            self._running.pop(job.id, None)
-            self._record(job, outcome, result)
-
-    def _record(self, job: Job, outcome: BaseException | None, result: str | None) -> None:
-        """Add a handler's outcome (and result, as JSON text) to the results to report (under the lock)."""
-        self._hand.record(job, outcome, result, time.monotonic())
-        if self._observing:
-            self._observers.pending(self._hand.pending)
-
-    def _take_successes(self) -> tuple[list[Job], list[str | None] | None]:
-        """Take the successes collected, and their results aligned with them (None when none has one), to
-        acknowledge (_restore_successes if that fails).
-
-        Taken under the lock, so that the keeper and the loop never send the same one.
-        """
-        with self._lock:
-            return self._hand.take_successes()
-
-    def _restore_successes(self, successes: list[Job], results: list[str | None] | None) -> None:
-        """Put back successes whose acknowledgement failed, to send again."""
-        if successes:
-            with self._lock:
-                self._hand.restore_successes(successes, results, time.monotonic())
-
-    def _acknowledge(self, *, now: bool) -> None:
-        """Report the results collected: successes in one statement, failures one by one.
-
-        Results wait (at most ack_interval) unless ``now``, so that one
-        statement and one commit acknowledge many jobs.  If the connection
-        drops meanwhile, what was not reported is sent after reconnecting.
-        """
-        if not (self._hand.ok or self._hand.failed) or not (
-            now or self._hand.ack_due(time.monotonic(), self.settings.ack_interval)
-        ):
-            return
-        self._complete_many()
-        self._report_failures()
-
-    def _complete_many(self) -> None:
-        """Acknowledge the successes collected in one jobq.complete_many (loop or keeper thread)."""
-        conn = self._conn
-        assert conn is not None
-        successes, results = self._take_successes()
-        if not successes:
-            return
-        try:
-            accepted = client.complete_many_unchecked(
-                conn,
-                [job.id for job in successes],
-                [job.lease for job in successes],
-                results=results,
-                prepare=True,
-            )
-        except InvalidArgument:
-            if results is None:
-                self._restore_successes(successes, results)
-                raise
-            self._complete_singly(conn, successes, results)
-            return
-        except BaseException:
-            self._restore_successes(successes, results)
-            raise
-        self._acknowledged(successes, accepted)
-
-    def _complete_singly(
-        self, conn: psycopg.Connection[Any], successes: list[Job], results: list[str | None]
-    ) -> None:
-        """The database refused a batch of results: acknowledge its jobs one by one.
-
-        A job whose own result is refused (over 1 MiB of jsonb, say) fails
-        with the database's reason, and is retried per its policy, rather
-        than losing its result or stopping the batch.  If the connection
-        breaks meanwhile, the jobs not sent yet are sent again later.
-        """
-        done: list[Job] = []
-        accepted: set[int] = set()
-        sent = 0
-        try:
-            for job, result in zip(successes, results, strict=True):
-                try:
-                    accepted |= client.complete_many_unchecked(conn, [job.id], [job.lease], results=[result])
-                except InvalidArgument as refused:
-                    with self._lock:
-                        self._record(job, refused, None)
-                else:
-                    done.append(job)
-                sent += 1
-        except BaseException:
-            self._restore_successes(successes[sent:], results[sent:])
-            raise
-        finally:
-            self._acknowledged(done, accepted)
-
-    def _acknowledged(self, successes: list[Job], accepted: set[int]) -> None:
-        """Log the outcome of acknowledging successes: accepted, or refused as stale."""
-        if len(accepted) < len(successes) or self._observing or logger.isEnabledFor(logging.INFO):
-            outcomes = acks.acknowledged(successes, accepted)
-        else:
-            outcomes = []
-        with self._lock:
-            self.processed += len(successes)
-            pending = self._hand.pending
-        if self._observing:
-            for job, outcome in outcomes:
-                self._observers.finished(job, outcome, self._timing.settled(job))
-            self._observers.pending(pending)
-
-    def _report_failures(self) -> None:
-        """Report the failures collected, one statement each (they are rare; each needs its own row)."""
-        if not self._hand.failed:
-            return
-        with self._lock:
-            failures = list(self._hand.failed)
-        for job, error in failures:
-            outcome = self._report_failure(job, error)
-            with self._lock:
-                self.processed += 1
-                self._hand.failed.remove((job, error))
-                pending = len(self._hand.ok) + len(self._hand.failed)
-            if self._observing:
-                self._observers.finished(job, outcome, self._timing.settled(job))
-                self._observers.pending(pending)
-
-    def _report_failure(self, job: Job, error: BaseException) -> Outcome:
-        """Report one outcome other than success (pgjobq._worker.acks.report: release, snooze or fail)."""
-        conn = self._conn
-        assert conn is not None
-        return acks.drive(acks.report(job, error), lambda call: client._run(conn, call))
-
-    def _release_backlog(self) -> None:
-        """Hand back the jobs claimed but not started: their attempt does not count."""
-        assert self._conn is not None
-        while self._hand.backlog:
-            job = self._hand.backlog[0]
-            try:
-                client.release(self._conn, job.id, job.lease)
-                logger.info("job %d handed back unstarted", job.id)
-                outcome: Outcome = "released"
-            except (LeaseLost, JobNotFound):
-                acks.lost(job, "not handed back")
-                outcome = "lost"
-            if self._observing:
-                self._observers.finished(job, outcome, self._timing.settled(job))
-            with self._lock:
-                self._hand.backlog.popleft()
-
-    # -- keeping leases and recovering others' ------------------------------
-
-    def _unfinished(self) -> list[Job]:
-        """The jobs in hand whose handler has not returned (call under the lock)."""
-        current = [self._current] if self._current is not None else []
-        running = [r.job for r in self._running.values() if not r.future.done()]
-        return current + running + list(self._hand.backlog)
-
-    def _heartbeat(self) -> None:
-        """When a heartbeat is due, extend in one statement the lease of every job in hand not finished.
-
-        One jobq.heartbeat_status: it also says which jobs were asked to stop
-        (their cancel_requested is set) and which are past their deadline
-        (the database left their lease unextended: it expires no later than
-        the statement's clock, compared in the database).  A job past its
-        deadline gets no more heartbeats, said once in a warning: its lease
-        cannot be extended, the reaper recovers the job when the lease runs
-        out.  A lease this worker took or extended less than a
-        heartbeat ago is left alone when two heartbeat intervals fit in it:
-        by the next sweep it is still at most two intervals old.  The
-        interval is recomputed from the leases in hand.  Runs on the loop's
-        thread or the keeper's.
-        """
-        conn = self._conn
-        assert conn is not None
-        with self._lock:
-            now = time.monotonic()
-            if now < self._leases.next_due:  # most calls: before listing the jobs in hand
-                return
-            due = self._leases.due(self._unfinished(), now)
-        if not due:
-            return
-        rows = client.heartbeat_status_unchecked(
-            conn, [job.id for job in due], [job.lease for job in due], prepare=True
-        )
-        with self._lock:
-            beat = self._leases.beat(rows, now)
-            # A job whose handler returned meanwhile (perhaps after completing it in its
-            # own transaction) is not lost yet: the acknowledgement tells whether the lease held.
-            still = {job.id for job in self._unfinished()}
-        for job in report_lost(due, beat, still):
-            job._request_cancel()  # its handler may as well stop
-        self._request_cancel(beat.cancels, "at a heartbeat")
-
-    def _presume_lost(self) -> None:
-        """The database cannot be reached: ask the handlers of the jobs in hand whose lease has run out by
-        this worker's clock to stop (pgjobq._worker.leases.Leases.presumed_lost).  Loop or keeper thread."""
-        with self._lock:
-            lost = self._leases.presumed_lost(self._unfinished(), time.monotonic())
-        for job in lost:
-            job._presume_lost()
 
     # -- the keeper thread (concurrency 1) -------------------------------------
 
@@ -864,35 +571,39 @@ class Worker:
         the keeper nothing).  A failed statement (the connection is gone:
         the loop reconnects) leaves its work to the loop.
         """
+        core = self._core
+        hand = core.hand
         while True:
             with self._lock:
                 while True:
                     if self._closing:
                         return
                     now = time.monotonic()
-                    due = self._leases.next_due
+                    due = core.leases.next_due
                     if self._listen_conn is not None:
-                        if self._current is None and self._next_listen_check <= now:
+                        if not hand.running and self._next_listen_check <= now:
                             self._next_listen_check = now + CANCEL_CHECK  # no handler runs: none to stop
                         due = min(due, self._next_listen_check)
-                    if self._current is None:
+                    if not hand.running:
                         # between handlers: the loop's; until the next heartbeat at most, or notified
                         self._keeper_due = due if due > now else math.inf
                     else:
-                        if self._hand.ok:
-                            due = min(due, self._hand.oldest_unacked + self.settings.ack_interval)
+                        if hand.ok:
+                            due = min(due, hand.oldest_unacked + self.settings.ack_interval)
                         if now >= due:
                             break
                         self._keeper_due = due
                     timeout = None if self._keeper_due == math.inf else self._keeper_due - now
                     self._keeper_wake.wait(timeout)
                 self._keeper_due = math.inf  # busy: a handler start may notify, unheard and harmless
+                acknowledge = bool(hand.ok) and now >= hand.oldest_unacked + self.settings.ack_interval
             conn = self._conn
             failed = "the connection is closed" if conn is None or conn.closed else None
             if failed is None:
                 try:
-                    self._complete_many_due()
-                    self._heartbeat()
+                    if acknowledge:
+                        self._drive(core.complete_many())
+                    self._drive(core.heartbeat())
                     if self._listen_conn is not None:
                         self._look_for_cancels_if_due(keeper=True)
                 except Exception as exc:  # the loop's next statement meets the same error and handles it
@@ -900,17 +611,10 @@ class Worker:
             if failed is not None:
                 # what fell due stays due: wait, or this would spin until the loop reconnects
                 logger.debug("keeper: %s; left to the worker's loop", failed)
-                self._presume_lost()  # the loop may be in a handler a long while yet
+                core.presume_lost()  # the loop may be in a handler a long while yet
                 with self._lock:
                     if not self._closing:
-                        self._keeper_wake.wait(min(1.0, self._leases.every))
-
-    def _complete_many_due(self) -> None:
-        """Acknowledge the successes collected, if the oldest has waited ack_interval."""
-        with self._lock:
-            due = time.monotonic() >= self._hand.oldest_unacked + self.settings.ack_interval
-        if due:
-            self._complete_many()
+                        self._keeper_wake.wait(min(1.0, core.leases.every))
 
     def _stop_keeper(self) -> None:
         if self._keeper is not None:
@@ -920,66 +624,18 @@ class Worker:
             self._keeper.join()
             self._keeper = None
 
-    def _reap(self) -> None:
-        """Recover the jobs whose lease expired (jobq.reap), unless this worker's role was refused it.
-
-        Every level that may claim may reap (jobq.grant_worker and
-        grant_admin).  A role that was given less is told so once; other
-        workers, or a scheduled ``SELECT jobq.reap()``, must then reap.
-        """
-        assert self._conn is not None
-        if not self._upkeep.may_reap:
-            return
-        try:
-            reaped = client.reap(self._conn)
-        except PermissionDenied as exc:
-            self._upkeep.reap_refused(exc)
-            return
-        self._upkeep.reaped(reaped)
-
-    def _tick(self) -> None:
-        """Enqueue the occurrences of the schedules that are due (jobq.tick), unless refused to this role.
-
-        Every worker ticks, whatever its queues: a schedule's jobs go to its
-        own queue, and ticks by many workers enqueue each occurrence once.
-        It runs every reap_interval, so it logs at debug level, but for a
-        tick that fails: a warning, once until a tick succeeds again (every
-        schedule waits while one fails).  A role refused it leaves ticking to
-        others (another worker, or pg_cron); the worker carries on either way.
-        """
-        assert self._conn is not None
-        if not self._upkeep.may_tick:
-            return
-        try:
-            enqueued = client.tick(self._conn)
-        except PermissionDenied as exc:
-            self._upkeep.tick_refused(exc)
-            return
-        except Error as exc:
-            self._upkeep.tick_failed(exc)
-            return
-        self._upkeep.ticked(enqueued)
-
     # -- connections --------------------------------------------------------
 
     def _connect(self) -> None:
+        core = self._core
         if self._conn is None or self._conn.closed:
             self._conn = self._open("worker")
-            version = check_extension(self._conn)
-            if not self._started:
-                self._started = True
-                logger.info(
-                    "worker %s started on %s %s (pgjobq %s)",
-                    self.settings.name,
-                    "queues" if self._several else "queue",
-                    self._queue_names,
-                    version,
-                )
+            version = check_extension(self._conn)  # IncompatibleExtension: _work tries again later
             # Behind a transaction-pooling PgBouncer a LISTEN left on a shared
             # server connection can deliver notifications here; drop them
             # (psycopg would otherwise keep them for a notifies() never called).
             self._conn.add_notify_handler(connections.ignore_notify)
-            self._leases.next_due = 0.0
+            core.connected(version)
         if (
             self.settings.listen
             and not self._poll_only
@@ -987,44 +643,22 @@ class Worker:
         ):
             with self._listen_lock:
                 self._listen_conn = self._open("listen")
-                channels = [client.channel(self._listen_conn, queue) for queue in self.settings.queues]
-                arrive = self._notifications_arrive()
-                if arrive:
-                    # Wake-ups sent before this LISTEN are not missed: a claim follows every connect.
-                    # Cancel requests are not either: the next heartbeat brings them.
-                    for channel in channels:
-                        self._listen_conn.execute(listen_statement(channel))
-            if not arrive:
-                warn_not_delivered(channels, self.settings.poll_interval)
+            if not self._drive(core.listen()):
                 with self._listen_lock:
                     self._listen_conn.close()
                     self._listen_conn = None
                 self._poll_only = True
 
-    def _notifications_arrive(self) -> bool:
-        """Whether a probe notification sent from the work connection reaches the listening one.
-
-        The probe goes to a channel of its own, so no other listener sees it,
-        and only a notification on that channel counts: LISTEN on the queue's
-        channel comes after the probe, but behind a transaction-pooling
-        PgBouncer another client's LISTEN can deliver the queue's wake-ups
-        and cancel requests here, and they prove nothing.  Call with
-        _listen_lock held.
-        """
-        assert self._conn is not None and self._listen_conn is not None
-        probe = probe_channel()
-        self._listen_conn.execute(listen_statement(probe))
-        self._conn.execute(query("probe_notify"), {"channel": probe})
-        with contextlib.closing(self._listen_conn.notifies(timeout=PROBE_TIMEOUT)) as notifies:
-            arrived = any(n.channel == probe for n in notifies)
-        # Also when it did not arrive: behind a transaction-pooling PgBouncer the LISTEN stays on a
-        # server connection other clients share, and this UNLISTEN may reach it (it is best effort).
-        self._listen_conn.execute(unlisten_statement(probe))
-        if arrived:
-            logger.debug("LISTEN works here: the probe notification arrived")
-        return arrived
-
     def _open(self, role: str) -> psycopg.Connection[Any]:
+        """A new connection for role ("worker" or "listen"): from the conninfo, or the connect callable."""
+        if self._make_connection is not None:
+            try:
+                conn = self._make_connection()
+            except OSError as exc:
+                raise connections.connect_failed(exc) from exc
+            connections.adopt(conn, role, self.settings)
+            return conn
+        assert self.conninfo is not None
         conn = psycopg.connect(
             self.conninfo,
             autocommit=True,
@@ -1042,6 +676,7 @@ class Worker:
                 self._listen_conn.close()
         self._conn = self._listen_conn = None
         self._poll_only = False  # the next connection gets its own probe
+        self._core.listening = False
 
     # -- signals ------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from pgjobq._client.proto import TASKS_VERSION
 from pgjobq._errors import IncompatibleExtension
 from pgjobq.dashboard._queries import query
 from pgjobq.dashboard._sampler import Sampler
@@ -47,6 +48,7 @@ log = logging.getLogger("pgjobq.dashboard")
 PAGE_SIZE = 50
 STATUSES = ("waiting", "queued", "running", "done", "failed", "cancelled")
 QUEUE_NAME = re.compile(r"^[a-z0-9_]{1,58}$")
+TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")  # jobq._check_task's rule (0.9.0)
 PURGE_AGES: Mapping[str, timedelta] = {
     "1 hour": timedelta(hours=1),
     "1 day": timedelta(days=1),
@@ -163,6 +165,18 @@ async def _who(dashboard: Dashboard) -> dict[str, Any]:
     return rows[0]
 
 
+def _numbers(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def _has_tasks(version: str | None) -> bool:
+    """Whether the jobs of an extension at version have a task (0.9.0 on); False for an unreadable one."""
+    try:
+        return version is not None and _numbers(version) >= _numbers(TASKS_VERSION)
+    except ValueError:
+        return False
+
+
 def _token(request: Request) -> tuple[str, bool]:
     """The request's CSRF token, and whether it is new (to be set as the cookie)."""
     token = request.cookies.get(CSRF_COOKIE)
@@ -171,9 +185,17 @@ def _token(request: Request) -> tuple[str, bool]:
     return new_token(), True
 
 
-async def _render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> Response:
+async def _render(
+    request: Request,
+    name: str,
+    context: dict[str, Any],
+    status_code: int = 200,
+    who: dict[str, Any] | None = None,
+) -> Response:
+    """The page of template name; who: the role and version the request already read (else read here)."""
     dashboard = _state(request)
-    who = await _who(dashboard)
+    if who is None:
+        who = await _who(dashboard)
     token, fresh = _token(request)
     notice = _notice(request)
     templates: Jinja2Templates = request.app.state.templates
@@ -183,6 +205,7 @@ async def _render(request: Request, name: str, context: dict[str, Any], status_c
         {
             "role": who["role"],
             "version": who["version"],
+            "tasks": _has_tasks(who["version"]),  # the jobs have a task: shown, and a filter
             "admin": bool(who["admin"]),
             "allow_actions": dashboard.allow_actions,
             "actions": dashboard.allow_actions and bool(who["admin"]),
@@ -288,6 +311,7 @@ _EXPECTED = {
     "id": "a job id (digits)",
     "before": "a job id (digits)",
     "queue": "a queue name (a-z, 0-9, _)",
+    "task": "a task name (A-Z, a-z, 0-9, _, ., : and -, starting with a letter or _)",
     "status": "one of " + ", ".join(STATUSES),
 }
 
@@ -296,30 +320,43 @@ async def jobs_page(request: Request) -> Response:
     dashboard = _state(request)
     status = _optional(request, "status", "|".join(STATUSES))
     queue = _optional(request, "queue", QUEUE_NAME.pattern.strip("^$"))
+    task = _optional(request, "task", TASK_NAME.pattern.strip("^$"))
     id_text = _optional(request, "id", r"[0-9]{1,19}")
     before_text = _optional(request, "before", r"[0-9]{1,19}")
     key = _optional(request, "key", r"(?s).+", 512)
     error = _optional(request, "error", r"(?s).+", 200)
-    if id_text is not None and not any((status, queue, before_text, key, error)):
+    if id_text is not None and not any((status, queue, task, before_text, key, error)):
         return RedirectResponse(f"/jobs/{int(id_text)}", status_code=303)  # the header's "job id" box
+    # the version is read at each request (as the header shows it), so that an upgrade shows at once
+    who = await _who(dashboard)
+    tasks = _has_tasks(who["version"])
+    if task is not None and not tasks:
+        raise HttpProblem(
+            400,
+            f"task is not a filter of this database: jobs have a task from the pgjobq extension "
+            f"{TASKS_VERSION} on, and it has {who['version']} (ALTER EXTENSION pgjobq UPDATE)",
+        )
     params = {
         "status": status,
         "queue": queue,
+        "task": task,
         "id": None if id_text is None else int(id_text),
         "before": None if before_text is None else int(before_text),
         "key": key,
         "error": error,
         "limit": PAGE_SIZE + 1,
     }
-    rows = await _fetch(dashboard, "jobs_page", params)
+    rows = await _fetch(dashboard, "jobs_page" if tasks else "jobs_page_before_tasks", params)
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
-    filters = {"status": status, "queue": queue, "id": id_text, "key": key, "error": error}
+    filters = {"status": status, "queue": queue, "task": task, "id": id_text, "key": key, "error": error}
     given = {name: value for name, value in filters.items() if value is not None}
     older = urlencode({**given, "before": rows[-1]["id"]}) if more and rows else None
-    context = {"jobs": rows, "filters": filters, "statuses": STATUSES, "older": older,
+    # what the status tabs keep: the queue and the task
+    scope = urlencode([(name, given[name]) for name in ("queue", "task") if name in given])
+    context = {"jobs": rows, "filters": filters, "statuses": STATUSES, "older": older, "scope": scope,
                "paged": before_text is not None, "first_page": urlencode(given)}  # fmt: skip
-    return await _render(request, "jobs.html", context)
+    return await _render(request, "jobs.html", context, who=who)
 
 
 async def job_page(request: Request) -> Response:

@@ -95,8 +95,28 @@ SELECT j.queue,
 
 -- name: jobs_page
 -- one page of jobs, newest first, before the id %(before)s (keyset paging),
--- filtered by status, queue, id, a key (concurrency key or unique key) and
--- text in the last error; a filter given as NULL is not applied
+-- filtered by status, queue, task, id, a key (concurrency key or unique key)
+-- and text in the last error; a filter given as NULL is not applied.  From
+-- extension 0.9.0 on (jobs_page_before_tasks: the same without the task)
+SELECT j.id, j.queue, j.task, j.status, j.priority, j.attempts, j.run_at, j.created_at, j.finished_at,
+       right(j.last_error, 300) AS last_error  -- its end: the exception's line, the reaper's notes
+  FROM jobq.jobs AS j
+ WHERE (%(status)s::text IS NULL OR j.status = %(status)s::text)
+   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+   AND (%(id)s::bigint IS NULL OR j.id = %(id)s::bigint)
+   AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
+   AND (%(error)s::text IS NULL OR strpos(lower(j.last_error), lower(%(error)s::text)) > 0)
+   AND (%(key)s::text IS NULL
+        OR j.id = ANY (ARRAY(SELECT k.id FROM jobq.concurrency_keys AS k
+                              WHERE k.concurrency_key = %(key)s::text))
+        OR j.id = ANY (ARRAY(SELECT u.job_id FROM jobq.unique_keys AS u
+                              WHERE u.unique_key = %(key)s::text)))
+ ORDER BY j.id DESC
+ LIMIT %(limit)s
+
+-- name: jobs_page_before_tasks
+-- jobs_page on an extension before 0.9.0, whose jobs have no task column
 SELECT j.id, j.queue, j.status, j.priority, j.attempts, j.run_at, j.created_at, j.finished_at,
        right(j.last_error, 300) AS last_error  -- its end: the exception's line, the reaper's notes
   FROM jobq.jobs AS j
@@ -114,11 +134,13 @@ SELECT j.id, j.queue, j.status, j.priority, j.attempts, j.run_at, j.created_at, 
  LIMIT %(limit)s
 
 -- name: job
--- one job: its public state (jobq.job, with depends_on), and what only the
--- table has: payload, headers, lease, keys, and its parents' and dependents'
--- statuses (at most 100 dependents)
+-- one job: its public state (jobq.job, with depends_on and, from 0.9.0 on,
+-- task), and what only the table has: payload, headers, lease, keys, and its
+-- parents' and dependents' statuses (at most 100 dependents).  The task is
+-- read from the state as JSON, by name, so that this one statement serves
+-- 0.8.0 too (NULL there), at the cost of one row's conversion
 SELECT s.id, s.queue, s.status, s.attempts, s.max_attempts, s.result, s.last_error, s.run_at,
-       s.created_at, s.finished_at, s.cancel_requested, s.depends_on,
+       s.created_at, s.finished_at, s.cancel_requested, s.depends_on, to_jsonb(s) ->> 'task' AS task,
        j.payload, j.headers, j.priority, j.locked_by, j.locked_at, j.lease_expires_at, j.lease,
        (SELECT k.concurrency_key FROM jobq.concurrency_keys AS k WHERE k.id = j.id) AS concurrency_key,
        (SELECT u.unique_key FROM jobq.unique_keys AS u WHERE u.job_id = j.id LIMIT 1) AS unique_key,

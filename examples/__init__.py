@@ -1,0 +1,1 @@
+"""Example applications of pgjobq, each with the tests a user would write for it."""
