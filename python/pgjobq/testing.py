@@ -48,7 +48,7 @@ import asyncio
 import dataclasses
 import inspect
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -142,46 +142,18 @@ def run_due(
             "await pgjobq.testing.run_due_async there"
         )
 
-    def send(call: steps.Request) -> Any:
-        assert isinstance(call, proto.Call), call  # a report asks for statements only
+    def send(request: steps.Request | _Run) -> Any:
+        if isinstance(request, _Run):
+            return _called(tasks, request.job)
+        assert isinstance(request, proto.Call), request  # a report asks for statements only
         if conn.autocommit or conn.info.transaction_status != TransactionStatus.INTRANS:
-            return client._run(conn, call)
+            return client._run(conn, request)
         with conn.transaction():  # a savepoint: a refusal leaves the caller's transaction usable
-            return client._run(conn, call)
+            return client._run(conn, request)
 
     features = steps.FEATURES[check_extension(conn)]
     claim = _claim_call(features, names, lease_timeout)
-    ran: list[Ran] = []
-    seen: set[int] = set()
-    repeats: list[Job] = []  # claimed again after their run in this call: held, handed back at the end
-    try:
-        while True:
-            claimed: list[Job] = send(claim)
-            if not claimed:
-                return ran
-            job = claimed[0]
-            if job.id in seen or len(ran) >= limit:
-                repeats.append(job)
-                if job.id in seen:
-                    continue
-                raise RuntimeError(_over(limit))
-            seen.add(job.id)
-            try:
-                result = _called(tasks, job)
-                encoded = acks.encode_result(tasks, result)
-            except Exception as exc:
-                _warn_unknown(job, exc)
-                outcome = steps.drive(_report(features, job, exc), send)
-                error = None
-                if _recorded(outcome, exc):
-                    error = _error(send(proto.job_state("job", proto.job_id_params(job.id))), exc)
-                ran.append(Ran(job, outcome, error, exception=exc))
-            else:
-                accepted = send(proto.complete_many_unchecked([job.id], [job.lease], [encoded]))
-                ran.append(Ran(job, _acknowledged(job, accepted), result=result))
-    finally:
-        for job in repeats:
-            send(proto.release(job.id, job.lease))
+    return steps.drive(_runs(features, claim, tasks, limit), send)
 
 
 async def run_due_async(
@@ -197,21 +169,42 @@ async def run_due_async(
     if not names:
         return []
 
-    async def send(call: steps.Request) -> Any:
-        assert isinstance(call, proto.Call), call
+    async def send(request: steps.Request | _Run) -> Any:
+        if isinstance(request, _Run):
+            return await _awaited(tasks, request.job)
+        assert isinstance(request, proto.Call), request
         if conn.autocommit or conn.info.transaction_status != TransactionStatus.INTRANS:
-            return await aio._run(conn, call)
+            return await aio._run(conn, request)
         async with conn.transaction():
-            return await aio._run(conn, call)
+            return await aio._run(conn, request)
 
     features = steps.FEATURES[await aio.check_extension(conn)]
     claim = _claim_call(features, names, lease_timeout)
+    return await steps.adrive(_runs(features, claim, tasks, limit), send)
+
+
+# -- the parts both share ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What _runs asks its driver besides statements: run the job's task (or the handler) and answer
+    with what it returned (what it raised is thrown back into _runs)."""
+
+    job: Job
+
+
+def _runs(
+    features: steps.Features, claim: proto.Call[list[Job]], tasks: Tasks | Handler, limit: int
+) -> Generator[steps.Request | _Run, Any, list[Ran]]:
+    """run_due's and run_due_async's one loop, as a step (pgjobq._worker.steps): claim a job, run it,
+    settle it as the worker would, until no job is due; what happened to each, in the order they ran."""
     ran: list[Ran] = []
     seen: set[int] = set()
-    repeats: list[Job] = []
+    repeats: list[Job] = []  # claimed again after their run in this call: held, handed back at the end
     try:
         while True:
-            claimed: list[Job] = await send(claim)
+            claimed: list[Job] = yield claim
             if not claimed:
                 return ran
             job = claimed[0]
@@ -222,24 +215,21 @@ async def run_due_async(
                 raise RuntimeError(_over(limit))
             seen.add(job.id)
             try:
-                result = await _awaited(tasks, job)
+                result = yield _Run(job)
                 encoded = acks.encode_result(tasks, result)
             except Exception as exc:
                 _warn_unknown(job, exc)
-                outcome = await steps.adrive(_report(features, job, exc), send)
+                outcome = yield from _report(features, job, exc)
                 error = None
                 if _recorded(outcome, exc):
-                    error = _error(await send(proto.job_state("job", proto.job_id_params(job.id))), exc)
+                    error = _error((yield proto.job_state("job", proto.job_id_params(job.id))), exc)
                 ran.append(Ran(job, outcome, error, exception=exc))
             else:
-                accepted = await send(proto.complete_many_unchecked([job.id], [job.lease], [encoded]))
+                accepted = yield proto.complete_many_unchecked([job.id], [job.lease], [encoded])
                 ran.append(Ran(job, _acknowledged(job, accepted), result=result))
     finally:
         for job in repeats:
-            await send(proto.release(job.id, job.lease))
-
-
-# -- the parts both share ---------------------------------------------------------------
+            yield proto.release(job.id, job.lease)
 
 
 def _plan(
