@@ -21,13 +21,9 @@
 \echo Use "ALTER EXTENSION pgjobq UPDATE TO '0.9.0'" to load this file. \quit
 
 ----------------------------------------------------------------------------
--- Tables, types and views: task, added last (claims return the rows of
--- jobq.jobs, so a reader by position finds the columns of 0.8.0 where they
--- were)
+-- Types and views: task, added last.  jobq.jobs gains it at the very end
+-- of this script (see there).
 ----------------------------------------------------------------------------
-
-ALTER TABLE jobq.jobs ADD COLUMN task text;
-COMMENT ON COLUMN jobq.jobs.task IS 'The task: the named job type a worker dispatches on (for example send_welcome), 1 to 200 characters matching ^[A-Za-z_][A-Za-z0-9_.:-]*$ (checked by the functions); NULL for a plain job. Returned by claim and jobq.job.';
 
 ALTER TYPE jobq.job_state ADD ATTRIBUTE task text;
 COMMENT ON TYPE jobq.job_state IS
@@ -1464,3 +1460,17 @@ DROP FUNCTION jobq.fail(bigint, text, bigint, interval);
 DROP FUNCTION jobq.schedule(text, text, jsonb, text, text, interval, integer, integer, jsonb, text);
 DROP FUNCTION jobq._enqueue_linked(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text);
 DROP FUNCTION jobq._enqueue_unique(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb);
+
+----------------------------------------------------------------------------
+-- jobq.jobs gains task, last (claims return the rows of jobq.jobs, so a
+-- reader by position finds the columns of 0.8.0 where they were), and last
+-- in this script: from the ALTER TABLE to the commit, every statement of
+-- another session that reaches jobq.jobs waits for this one, and one that
+-- had begun with plans for 0.8.0's rows fails after the commit with 42804
+-- ("structure of query does not match function result type"), which a
+-- worker of pgjobq-py 0.9.1 does not survive.  Here that wait lasts only as
+-- long as the commit.
+----------------------------------------------------------------------------
+
+ALTER TABLE jobq.jobs ADD COLUMN task text;
+COMMENT ON COLUMN jobq.jobs.task IS 'The task: the named job type a worker dispatches on (for example send_welcome), 1 to 200 characters matching ^[A-Za-z_][A-Za-z0-9_.:-]*$ (checked by the functions); NULL for a plain job. Returned by claim and jobq.job.';
