@@ -113,3 +113,24 @@ def test_the_environment_twin_sets_what_the_flag_sets(
 
     assert from_the_line != default
     assert from_the_environment == from_the_line
+
+
+# The worker's variables that other commands read too, each for the same thing: the database, and the
+# address of the Prometheus metrics (pgjobq metrics serves them where a worker's --metrics-port would).
+SHARED_WITH_THE_WORKER = {"PGJOBQ_DSN", "PGJOBQ_METRICS_PORT", "PGJOBQ_METRICS_HOST"}
+
+
+def test_no_other_command_reads_a_variable_of_the_worker() -> None:
+    """A worker container's environment (PGJOBQ_QUEUE above all) must not filter an operator's command."""
+    workers = {option.envvar for option in options(COMMANDS["worker"])} - SHARED_WITH_THE_WORKER
+
+    readers = {
+        (name, option.envvar)
+        for name, command in COMMANDS.items()
+        if name != "worker"
+        for option in options(command)
+        if option.envvar in workers
+    }
+
+    assert "PGJOBQ_QUEUE" in workers
+    assert readers == set()

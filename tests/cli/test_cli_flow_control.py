@@ -280,7 +280,7 @@ def test_schedule_cron_in_a_timezone_prints_it_as_json(dsn: str, db: Db) -> None
 def test_schedule_takes_its_options_from_the_environment(dsn: str, db: Db) -> None:
     result = run_cli(
         dsn, "schedule", "digest",
-        PGJOBQ_QUEUE="emails", PGJOBQ_EVERY="60", PGJOBQ_PAYLOAD='{"n": 1}', PGJOBQ_PRIORITY="5",
+        PGJOBQ_SCHEDULE_QUEUE="emails", PGJOBQ_EVERY="60", PGJOBQ_PAYLOAD='{"n": 1}', PGJOBQ_PRIORITY="5",
     )  # fmt: skip
 
     assert result.returncode == 0, result.stderr

@@ -137,7 +137,7 @@ def test_job_prints_one_line_per_field(dsn: str, db: Db) -> None:
 
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[:3] == [f"id: {job_id}", "queue: emails", "status: queued"]
+    assert lines[:4] == [f"id: {job_id}", "queue: emails", "task: -", "status: queued"]
     assert "result: -" in lines and "cancel requested: no" in lines
 
 

@@ -1,9 +1,13 @@
-"""pgjobq jobs list and pgjobq jobs show, run as real processes."""
+"""pgjobq jobs list and pgjobq jobs show (and its alias job), run as real processes."""
 
 from __future__ import annotations
 
 import json
+import re
 
+from psycopg.conninfo import make_conninfo
+
+from helpers.databases import login_role
 from helpers.processes import run_cli
 from helpers.sqlhelpers import Db, scalar
 
@@ -108,3 +112,45 @@ def test_jobs_show_of_an_unknown_id_prints_one_line_and_exits_1(dsn: str, db: Db
 
     assert result.returncode == 1
     assert result.stderr.strip() == "Error: id 424242: no such job"
+
+
+def test_job_prints_what_jobs_show_prints_for_the_same_job(dsn: str, db: Db) -> None:
+    ids = fill(db)
+
+    for job_id in (str(ids["done"]), str(ids["queued"])):
+        for options in ((), ("--json",)):
+            alias = run_cli(dsn, "job", job_id, *options)
+            command = run_cli(dsn, "jobs", "show", job_id, *options)
+
+            assert alias.returncode == command.returncode == 0, alias.stderr
+            assert alias.stdout == command.stdout
+
+
+def test_job_says_in_its_help_that_it_is_an_alias_of_jobs_show(dsn: str) -> None:
+    result = run_cli(dsn, "job", "--help")
+
+    assert result.returncode == 0, result.stderr
+    assert "Alias of pgjobq jobs show" in result.stdout
+    assert re.search(r"^ +job +Alias of pgjobq jobs show", run_cli(dsn, "--help").stdout, re.MULTILINE)
+
+
+def test_jobs_show_to_a_role_that_cannot_read_the_jobs_table_prints_what_jobq_job_tells(
+    dsn: str, db: Db
+) -> None:
+    ids = fill(db)
+    whole = json.loads(run_cli(dsn, "jobs", "show", str(ids["done"]), "--json").stdout)
+
+    with login_role(db) as role:
+        db.execute("SELECT jobq.grant_producer(%s, see_jobs => true)", (role,))
+        result = run_cli(make_conninfo(dsn, user=role), "jobs", "show", str(ids["done"]), "--json")
+
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert list(shown) == [key for key in whole if key in shown]  # in the same order
+    assert set(whole) - set(shown) == {"priority", "payload", "headers", "locked_by", "locked_at",
+                                       "lease_expires_at"}  # fmt: skip
+    assert shown == {key: whole[key] for key in shown}
+    assert result.stderr == (
+        "priority, payload, headers and lease not shown: this role may not read jobq.jobs "
+        "(pgjobq's monitor and admin levels may)\n"
+    )

@@ -25,6 +25,7 @@ READ_COMMANDS = {
     "job": ("{id}",),
     "jobs list": (),
     "jobs show": ("{id}",),
+    "version": (),
 }
 
 

@@ -119,13 +119,22 @@ def test_jobs_list_filters_by_task(dsn: str, db: Db) -> None:
     ]
 
 
-def test_jobs_list_takes_the_task_from_the_environment(dsn: str, db: Db) -> None:
+def test_jobs_list_takes_the_task_from_its_own_variable(dsn: str, db: Db) -> None:
+    ids = fill(db)
+
+    result = run_cli(dsn, "jobs", "list", "--json", PGJOBQ_JOBS_LIST_TASK="send_digest")
+
+    assert result.returncode == 0, result.stderr
+    assert [row["id"] for row in json.loads(result.stdout)] == [ids["digest"]]
+
+
+def test_jobs_list_is_not_filtered_by_the_task_that_enqueue_and_schedule_read(dsn: str, db: Db) -> None:
     ids = fill(db)
 
     result = run_cli(dsn, "jobs", "list", "--json", PGJOBQ_TASK="send_digest")
 
     assert result.returncode == 0, result.stderr
-    assert [row["id"] for row in json.loads(result.stdout)] == [ids["digest"]]
+    assert [row["id"] for row in json.loads(result.stdout)] == [ids["plain"], ids["digest"], ids["welcome"]]
 
 
 def test_jobs_show_prints_the_jobs_task(dsn: str, db: Db) -> None:

@@ -1,5 +1,5 @@
-"""The job commands: enqueue, job, wait, cancel, retry-failed, jobs list and jobs show; and the options of
-the jobs that enqueue and schedule make, defined once (job_options)."""
+"""The job commands: enqueue, wait, cancel, retry-failed, jobs list, jobs show and its alias job; and the
+options of the jobs that enqueue and schedule make, defined once (job_options)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import click
+import psycopg
 from psycopg.rows import dict_row
 
 from pgjobq._cli.common import (
@@ -23,7 +24,17 @@ from pgjobq._cli.output import echo_fields, echo_table, fields, json_value
 from pgjobq._client import sync as client
 from pgjobq._queries import query
 
-__all__ = ["TASKS_SINCE", "cancel", "enqueue", "job", "job_options", "jobs", "retry_failed", "wait"]
+__all__ = [
+    "TASKS_SINCE",
+    "cancel",
+    "enqueue",
+    "job",
+    "job_options",
+    "jobs",
+    "jobs_show",
+    "retry_failed",
+    "wait",
+]
 
 # The extension version whose jobs have a task (jobq.jobs.task).
 TASKS_SINCE = "0.9.0"
@@ -137,17 +148,6 @@ def enqueue(
         click.echo(job_id)
 
 
-@click.command()
-@click.argument("job_id", metavar="ID", type=int)
-@dsn_option
-@json_option
-def job(job_id: int, dsn: str, as_json: bool) -> None:
-    """One job's state: status, attempts, result, last error, times."""  # fmt: skip
-    with connection(dsn) as conn:
-        state = client.job(conn, job_id)
-    echo_fields(fields(state), as_json)
-
-
 class _StillRunning(click.ClickException):
     """wait gave up at its timeout: exit 3, told apart from a job that failed (1)."""
 
@@ -203,7 +203,7 @@ def cancel(ids: tuple[int, ...], dsn: str, force: bool) -> None:
 
 @click.command("retry-failed")
 @dsn_option
-@option("--queue", "Only this queue [default: every queue].", default=None)
+@option("--queue", "Only this queue [default: every queue].", prefix="RETRY_FAILED_", default=None)
 @option(
     "--id",
     "Only this job id (repeatable; the variable takes ids separated by spaces).",
@@ -236,7 +236,7 @@ def _has_tasks(version: str) -> bool:
 @jobs.command("list")
 @dsn_option
 @json_option
-@option("--queue", "Only this queue [default: every queue].", default=None)
+@option("--queue", "Only this queue [default: every queue].", prefix="JOBS_LIST_", default=None)
 @option(
     "--status",
     "Only jobs with this status (repeatable; the variable takes names separated by spaces) "
@@ -248,6 +248,7 @@ def _has_tasks(version: str) -> bool:
 @option(
     "--task",
     f"Only jobs of this task (extension {TASKS_SINCE}) [default: every job].",
+    prefix="JOBS_LIST_",
     default=None,
     metavar="NAME",
 )
@@ -317,13 +318,45 @@ def jobs_list(
 @json_option
 def jobs_show(job_id: int, dsn: str, as_json: bool) -> None:
     """One job whole: status, priority, attempts, task (extension 0.9.0), payload, headers, result, last
-    error, parents, times and the worker holding it; exit 1 when there is none."""  # fmt: skip
-    with versioned_connection(dsn) as (conn, version), conn.cursor(row_factory=dict_row) as cur:
-        statement = query("show_job") if _has_tasks(version) else query("show_job_0_8")
-        row = cur.execute(statement, {"id": job_id}).fetchone()
+    error, parents, times and the worker holding it; exit 1 when there is none.
+
+    A role that may look jobs up (jobq.job) but not read the table jobq.jobs (pgjobq's observer
+    level) gets what jobq.job tells, without the priority, payload, headers and lease, and a
+    line on stderr saying so.  pgjobq job ID is an alias of this command.
+    """  # fmt: skip
+    with versioned_connection(dsn) as (conn, version):
+        with_tasks = _has_tasks(version)
+        try:
+            with conn.cursor(row_factory=dict_row) as cur:
+                statement = query("show_job") if with_tasks else query("show_job_0_8")
+                row = cur.execute(statement, {"id": job_id}).fetchone()
+            partial = False
+        except psycopg.errors.InsufficientPrivilege:  # no SELECT on jobq.jobs; jobq.job may still answer
+            state = fields(client.job(conn, job_id))
+            row = {name: state[name] for name in _STATE_FIELDS if with_tasks or name != "task"}
+            partial = True
     if row is None:  # jobq.job found it, then it was purged
         raise click.ClickException(f"id {job_id}: no such job")
     echo_fields(row, as_json)
+    if partial:
+        click.echo(
+            "priority, payload, headers and lease not shown: this role may not read jobq.jobs "
+            "(pgjobq's monitor and admin levels may)",
+            err=True,
+        )
+
+
+# What jobq.job tells of a job, in the order jobs show prints the whole job (queries.sql, show_job).
+_STATE_FIELDS = ("id", "queue", "task", "status", "attempts", "max_attempts", "result", "last_error",
+                 "depends_on", "cancel_requested", "run_at", "created_at", "finished_at")  # fmt: skip
+
+# pgjobq job ID: jobs show under its older, shorter name, run by the same code with the same options.
+job = click.Command(
+    "job",
+    callback=jobs_show.callback,
+    params=jobs_show.params,
+    help="Alias of pgjobq jobs show: one job whole, with the same options and output.",
+)
 
 
 def _moment(value: datetime | None) -> str:

@@ -19,7 +19,7 @@ __all__ = ["schedule", "schedules", "unschedule"]
 @click.argument("name")
 @dsn_option
 @json_option
-@option("--queue", "The queue each occurrence's job goes to.", required=True)
+@option("--queue", "The queue each occurrence's job goes to.", prefix="SCHEDULE_", required=True)
 @option("--payload", "A JSON object: each job's payload [default: {}].", default=None, metavar="JSON")
 @option(
     "--cron",
