@@ -6,6 +6,7 @@
 #                  machine's own PostgreSQL only
 #   make test      install what is missing, lint, then run the whole test suite (every major)
 #   make demo      a throwaway PostgreSQL, 1,000 jobs, 4 workers, a live view
+#   make docs      the documentation site, warnings as errors, into docs/_build/html
 #   make chaos     the full chaos runs: chaos.py's (200,000 jobs, 8 workers, faults injected),
 #                  then chaos-limits'
 #   make chaos-limits  the flow-control chaos run: 50,000 jobs on limited queues and a 1-second
@@ -20,6 +21,8 @@
 #   make bench-instructions  server instructions per job on the hot paths, this version and the previous
 #   make bench-scaling  where one server saturates, what grows with the table, 1 server vs 3 (7-13 min)
 #   make lint      ruff and mypy
+#   make dist      the PGXN distribution: build/pgjobq-X.Y.Z.zip, a git archive of HEAD (committed files)
+#   make python/README.md  pgjobq-py's description on the package index, made from README.md
 #   make fresh-check  the README's two commands on a clone of main in a pristine Debian root (debootstrap,
 #                  built once; needs root): what a new user meets, with how long each took
 
@@ -64,7 +67,7 @@ VENV_PYTHON ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 
-.PHONY: build deps venv check test demo lint fresh-check chaos chaos-limits chaos-net chaos-failover bench bench-quick bench-profile bench-instructions bench-scaling
+.PHONY: build deps venv check test demo docs dist lint fresh-check chaos chaos-limits chaos-net chaos-failover bench bench-quick bench-profile bench-instructions bench-scaling
 
 build: $(SCRIPT)
 
@@ -80,12 +83,17 @@ deps:
 
 venv: $(VENV)/.installed
 
-# The package (editable) with its extras, and the development tools (tools/pyproject.toml, editable:
-# pg_versions, throwaway_pg, throwaway_pgbouncer), which the tests, bench/ and demo/ import by name.
+# The package (editable) with the extras the tests exercise, the dev and bench dependency groups of
+# python/pyproject.toml (PEP 735, not published: pip >= 25.1 installs them, hence pip first), and the
+# development tools (tools/pyproject.toml, editable: pg_versions, throwaway_pg, throwaway_pgbouncer),
+# which the tests, bench/ and demo/ import by name.
+TEST_EXTRAS = async,metrics,otel,web,cli,django,sqlalchemy
+DEV_GROUPS  = --group python/pyproject.toml:dev --group python/pyproject.toml:bench
+
 $(VENV)/.installed: python/pyproject.toml tools/pyproject.toml
 	$(VENV_PYTHON) -m venv --clear $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e 'python[dev,bench]' -e tools
+	$(VENV)/bin/pip install --quiet --upgrade 'pip>=25.1'
+	$(VENV)/bin/pip install --quiet -e 'python[$(TEST_EXTRAS)]' $(DEV_GROUPS) -e tools
 	touch $@
 
 # The tests never use an installed extension: every server they start gets the working tree's SQL,
@@ -98,8 +106,8 @@ CHECK_TESTS = tests/unit tests/sql tests/isolation tests/install
 
 ifdef QUICK_CHECK
 check: deps venv
-	$(VENV)/bin/ruff check python tests tools demo bench examples
-	$(VENV)/bin/ruff format --check python tests tools demo bench examples
+	$(VENV)/bin/ruff check python tests tools demo bench examples docs
+	$(VENV)/bin/ruff format --check python tests tools demo bench examples docs
 	$(VENV)/bin/mypy python/pgjobq tests tools examples
 	$(VENV)/bin/pytest -n 4 --dist loadgroup -q --own-major -m "not slow" $(CHECK_TESTS)
 endif
@@ -112,6 +120,12 @@ test: deps venv lint
 demo: deps venv
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) demo/demo.py
+
+# The site (Sphinx, MyST, furo): -W and -n make every warning and every unresolved reference an error;
+# the SQL reference is generated from the catalog of a throwaway server (docs/_ext).  make test runs the
+# same build (tests/docs/test_docs_build.py) and every example of the pages (tests/docs/test_examples.py).
+docs: venv
+	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
 
 # The chaos harnesses (tests/chaos) import chaos and helpers from tests/, so they run as modules; like the
 # tests, their servers run the working tree's SQL.
@@ -159,7 +173,25 @@ fresh-check:
 	@tools/ensure-deps fresh
 	@tools/fresh-check
 
+# The PGXN distribution: every committed file of HEAD (less those .gitattributes marks export-ignore) under
+# one folder named for the version, as PGXN wants it; META.json describes it.  tests/packaging/test_pgxn.py
+# builds it, checks META.json against the PGXN meta spec and installs the extension from it.
+DIST_DIR ?= build
+DIST     := $(DIST_DIR)/$(EXTENSION)-$(EXTVERSION).zip
+
+dist:
+	@mkdir -p $(DIST_DIR)
+	git archive --format=zip --prefix=$(EXTENSION)-$(EXTVERSION)/ --output=$(DIST) HEAD
+	@echo $(DIST)
+
+# pgjobq-py's description on the package index: README.md with its relative links made absolute
+# (tests/packaging/test_long_description.py fails when it is stale).  Always run: the script rewrites the
+# file only when it differs, and a hand edit newer than README.md is undone too.
+.PHONY: python/README.md
+python/README.md:
+	python3 tools/pypi_readme.py
+
 lint: venv
-	$(VENV)/bin/ruff check python tests tools demo bench examples
-	$(VENV)/bin/ruff format --check python tests tools demo bench examples
+	$(VENV)/bin/ruff check python tests tools demo bench examples docs
+	$(VENV)/bin/ruff format --check python tests tools demo bench examples docs
 	$(VENV)/bin/mypy

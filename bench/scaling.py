@@ -1,4 +1,4 @@
-"""Where one PostgreSQL stops: the measurements behind docs/scaling.md.
+"""Where one PostgreSQL stops: the measurements behind docs/explanation/scaling.md.
 
     .venv/bin/python bench/scaling.py            # make bench-scaling: 7 minutes on 2 quiet cores
     .venv/bin/python bench/scaling.py --quick    # every part scaled down: does it run? (~3 minutes)

@@ -1,1 +1,1 @@
-"""A small application's tasks (tasks.py) and their tests (test_tasks.py), quoted by the README."""
+"""A small application's tasks (tasks.py) and their tests (test_tasks.py), quoted by docs/howto/tasks.md."""

@@ -20,7 +20,7 @@ A queue's server is, in this order:
 The server's *name*, not its conninfo, is hashed: a new password or host
 for a server moves nothing.
 
-What the router cannot do, and docs/scaling.md says why: a queue that moves
+What the router cannot do, and docs/explanation/scaling.md says why: a queue that moves
 to another server leaves its jobs behind, so drain (or pause and empty) a
 queue before its placement changes, or before adding a server that would
 win it (:meth:`QueueRouter.moves` lists them); an enqueue commits with

@@ -87,17 +87,17 @@ class _Series:
 class WorkerMetrics(WorkerObserver):
     """A worker's counters, histograms and gauges, kept in ``registry`` (default: a new one of its own).
 
-    =============================================================  =========  ================================
-    metric                                                         type       from
-    =============================================================  =========  ================================
-    ``pgjobq_worker_jobs_finished_total{queue,task,outcome}``      counter    how the database settled a job
-    ``pgjobq_worker_handler_duration_seconds{queue,task,outcome}`` histogram  the handler's run time
-    ``pgjobq_worker_wait_seconds{queue,task}``                     histogram  run_at to the handler's start
-    ``pgjobq_worker_claimed_jobs_total{queue,task}``               counter    jobs claimed
-    ``pgjobq_worker_claim_duration_seconds{queue}``                histogram  a claim's round trip
-    ``pgjobq_worker_acknowledgements_pending``                     gauge      results not yet sent
-    ``pgjobq_worker_reconnects_total``                             counter    reconnections
-    =============================================================  =========  ================================
+    ==============================================================  =========  ===============================
+    metric                                                          type       from
+    ==============================================================  =========  ===============================
+    ``pgjobq_worker_jobs_finished_total{queue,task,outcome}``       counter    how the database settled a job
+    ``pgjobq_worker_handler_duration_seconds{queue,task,outcome}``  histogram  the handler's run time
+    ``pgjobq_worker_wait_seconds{queue,task}``                      histogram  run_at to the handler's start
+    ``pgjobq_worker_claimed_jobs_total{queue,task}``                counter    jobs claimed
+    ``pgjobq_worker_claim_duration_seconds{queue}``                 histogram  a claim's round trip
+    ``pgjobq_worker_acknowledgements_pending``                      gauge      results not yet sent
+    ``pgjobq_worker_reconnects_total``                              counter    reconnections
+    ==============================================================  =========  ===============================
 
     One instance may serve several workers of a process: the counts add up,
     and the pending gauge sums each worker's last count (told apart by the
@@ -106,7 +106,7 @@ class WorkerMetrics(WorkerObserver):
 
     outcome is one of done, retried, failed, cancelled, snoozed, released,
     lost (see :data:`pgjobq.Outcome`).  task is the job's task
-    (:attr:`pgjobq.Job.task`), or ``""`` for a plain job (Prometheus reads
+    (``Job.task``), or ``""`` for a plain job (Prometheus reads
     an empty label value as no label: ``{task=""}`` selects the plain jobs).
     Every claim counts in the claim histogram, those that found nothing too,
     and its round trip includes the acknowledgements that travel with it

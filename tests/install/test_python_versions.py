@@ -49,29 +49,29 @@ RUN_TIMEOUT = 900.0  # those tests on 2 workers: about 2 minutes alone, more on 
 
 
 def virtualenv(version: str, python: Path) -> Path:
-    """.venv-pyX.Y with the package (editable) and its test extra, and the development tools (tools/,
-    editable), made or refreshed as needed; its python."""
+    """.venv-pyX.Y with the package (editable), its test dependency group, and the development tools
+    (tools/, editable), made or refreshed as needed; its python.
+
+    The group (PEP 735) needs pip >= 25.1, newer than the pip that `python -m venv` puts in on 3.10 to
+    3.12, so pip is upgraded first, as make venv does."""
     venv = REPO_ROOT / f".venv-py{version}"
     stamp = venv / ".installed"
-    projects = (REPO_ROOT / "python" / "pyproject.toml", REPO_ROOT / "tools" / "pyproject.toml")
+    pyproject = REPO_ROOT / "python" / "pyproject.toml"
+    projects = (pyproject, REPO_ROOT / "tools" / "pyproject.toml")
     if not stamp.exists() or any(stamp.stat().st_mtime < project.stat().st_mtime for project in projects):
         subprocess.run([str(python), "-m", "venv", "--clear", str(venv)], check=True, timeout=INSTALL_TIMEOUT)
-        subprocess.run(
-            [
-                str(venv / "bin" / "python"),
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "-e",
-                f"{REPO_ROOT / 'python'}[test]",
-                "-e",
-                str(REPO_ROOT / "tools"),
-            ],
-            check=True,
-            timeout=INSTALL_TIMEOUT,
-            capture_output=True,
-        )
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+        for arguments in (
+            ["--upgrade", "pip>=25.1"],
+            ["-e", str(REPO_ROOT / "python"), "--group", f"{pyproject}:test", "-e", str(REPO_ROOT / "tools")],
+        ):
+            result = subprocess.run(
+                [*pip, *arguments], timeout=INSTALL_TIMEOUT, capture_output=True, text=True, check=False
+            )
+            assert result.returncode == 0, (
+                f"pip install {' '.join(arguments)} on Python {version}:\n{result.stdout[-3000:]}"
+                f"{result.stderr[-3000:]}"
+            )
         stamp.touch()
     return venv / "bin" / "python"
 

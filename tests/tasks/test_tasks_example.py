@@ -1,5 +1,6 @@
-"""The example application's own tests (examples/tasks_app/test_tasks.py, which the README quotes) pass: run
-as a user runs them, by pytest in a process of its own, against a test database named by DATABASE_URL."""
+"""The example application's own tests (examples/tasks_app/test_tasks.py, which docs/howto/tasks.md
+quotes) pass: run as a user runs them, by pytest in a process of its own, against a test database named by
+DATABASE_URL."""
 
 from __future__ import annotations
 
