@@ -181,6 +181,7 @@ DIST     := $(DIST_DIR)/$(EXTENSION)-$(EXTVERSION).zip
 
 dist:
 	@mkdir -p $(DIST_DIR)
+	@git diff --quiet HEAD -- || echo "make dist: uncommitted changes are left out (it archives HEAD)" >&2
 	git archive --format=zip --prefix=$(EXTENSION)-$(EXTVERSION)/ --output=$(DIST) HEAD
 	@echo $(DIST)
 

@@ -38,7 +38,7 @@ TARGET = REPO_ROOT / "python" / "README.md"
 PYPROJECT = REPO_ROOT / "python" / "pyproject.toml"
 BRANCH = "main"
 
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.DOTALL)
 # [text](target "title") and ![alt](target); the text may run over a line break, never over a blank line
 _LINK = re.compile(r"(!?)\[((?:[^\[\]\n]|\n(?!\s*\n))*)\]\(\s*<?([^)\s>]+)>?((?:\s+\"[^\"]*\")?)\s*\)")
@@ -92,6 +92,13 @@ def _absolute(target: str, *, image: bool, where: Addresses, root: Path) -> str:
     return where.file(path.rstrip("/"), anchor, folder=(root / path).is_dir())
 
 
+def _closes(fence: str, line: re.Match[str]) -> bool:
+    """Whether a fence line closes the block that fence opened: the same character, as many or more, and
+    no info string (a line such as ```python inside a ```` block is the block's text)."""
+    chars, rest = line.group(1), line.group(2)
+    return chars[0] == fence[0] and len(chars) >= len(fence) and not rest.strip()
+
+
 def _outside_code(text: str) -> list[tuple[bool, str]]:
     """text cut into (is a fenced code block, part), in order."""
     parts: list[tuple[bool, str]] = []
@@ -102,7 +109,7 @@ def _outside_code(text: str) -> list[tuple[bool, str]]:
         if fence is None and opening is not None:
             parts.append((False, "".join(current)))
             current, fence = [line], opening.group(1)
-        elif fence is not None and opening is not None and line.strip().startswith(fence[0] * len(fence)):
+        elif fence is not None and opening is not None and _closes(fence, opening):
             current.append(line)
             parts.append((True, "".join(current)))
             current, fence = [], None

@@ -10,18 +10,29 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import click
 from docutils import nodes  # type: ignore[import-untyped]
 from docutils.parsers.rst import directives  # type: ignore[import-untyped]
+from reftables import table
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.util.docutils import SphinxDirective
 
-__all__ = ["CommandOption", "commands", "default_text", "load", "options", "plain_help", "setup"]
+__all__ = [
+    "NOT_SETTINGS",
+    "CliConfiguration",
+    "CommandOption",
+    "commands",
+    "default_text",
+    "load",
+    "options",
+    "plain_help",
+    "setup",
+]
 
 # Options every command has that set nothing: no environment variable is expected for them.
 NOT_SETTINGS = frozenset({"help", "version"})
@@ -99,35 +110,6 @@ def default_text(entry: CommandOption) -> str:
     return str(value)
 
 
-def _row(cells: Sequence[nodes.Node | str]) -> nodes.row:
-    row = nodes.row()
-    for cell in cells:
-        entry = nodes.entry()
-        paragraph = nodes.paragraph()
-        paragraph += nodes.Text(cell) if isinstance(cell, str) else cell
-        entry += paragraph
-        row += entry
-    return row
-
-
-def _table(
-    headers: Sequence[str], rows: Sequence[Sequence[nodes.Node | str]], widths: Sequence[int]
-) -> nodes.table:
-    table = nodes.table(classes=["jobq-reference"])
-    group = nodes.tgroup(cols=len(headers))
-    table += group
-    for width in widths:
-        group += nodes.colspec(colwidth=width)
-    head = nodes.thead()
-    head += _row(headers)
-    group += head
-    body = nodes.tbody()
-    for cells in rows:
-        body += _row(cells)
-    group += body
-    return table
-
-
 def _code(text: str) -> nodes.Node | str:
     return nodes.literal(text, text) if text else ""
 
@@ -159,9 +141,7 @@ class CliConfiguration(SphinxDirective):
                 ]
                 for entry in entries
             ]
-            section += _table(
-                ["Option", "Environment variable", "Default", "Meaning"], rows, [22, 28, 14, 36]
-            )
+            section += table(["Option", "Environment variable", "Default", "Meaning"], rows, [22, 28, 14, 36])
             result.append(section)
         return result
 

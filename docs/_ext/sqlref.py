@@ -25,24 +25,26 @@ Directives: ``jobq-sql-functions``, ``jobq-sql-relations`` (docs/reference/sql.m
 from __future__ import annotations
 
 import functools
-import importlib.util
 import re
 import secrets
 import subprocess
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import psycopg
 from docutils import nodes  # type: ignore[import-untyped]
 from psycopg import sql
+from reftables import table
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
+from throwaway_pg import ThrowawayPostgres
+
+from helpers.working_tree import servers_run_the_working_tree  # tests/, on sys.path (conf.py)
 
 __all__ = [
     "LEVELS",
@@ -123,6 +125,8 @@ class Function:
 
 @dataclass(frozen=True)
 class Column:
+    """A column of a public table or view."""
+
     name: str
     type: str
     comment: str | None
@@ -143,7 +147,6 @@ class Relation:
 class Catalog:
     """What the docs show of an installed pgjobq."""
 
-    version: str
     functions: tuple[Function, ...]
     relations: tuple[Relation, ...]
     conditions: dict[str, str]  # SQLSTATE -> condition name, from the server's errcodes.txt
@@ -290,121 +293,129 @@ def _levels_roles(conn: psycopg.Connection[Any]) -> Iterator[tuple[str, str]]:
 def read_catalog(conn: psycopg.Connection[Any], conditions: dict[str, str]) -> Catalog:
     """What the docs show of the pgjobq installed in conn's database (conn: a superuser, outside a
     transaction).  The level roles are created and granted in a transaction that is rolled back."""
-    files = defining_files()
     with conn.transaction(force_rollback=True):
         roles = list(_levels_roles(conn))
-        version = conn.execute("SELECT jobq.version()").fetchone()
-        sources: dict[str, list[str]] = {}
-        for name, source in conn.execute(
-            "SELECT p.proname, p.prosrc FROM pg_proc AS p WHERE p.pronamespace = 'jobq'::regnamespace"
-        ):
-            sources.setdefault(name, []).append(source)
-        direct = {
-            name: set().union(*(raised_codes(text, conditions) for text in texts))
-            for name, texts in sources.items()
-        }
-        calls = {
-            name: set().union(*(called_names(text) for text in texts)) for name, texts in sources.items()
-        }
+        raised = _raised_with_calls(conn, conditions)
+        functions = tuple(_functions(conn, roles, raised))
+        relations = tuple(_relations(conn, roles))
+    return Catalog(functions, relations, conditions)
 
-        @functools.cache
-        def reach(name: str) -> frozenset[str]:
-            seen: set[str] = set()
-            todo = [name]
-            while todo:
-                current = todo.pop()
-                if current in seen or current not in sources:
-                    continue
-                seen.add(current)
-                todo.extend(calls[current])
-            return frozenset(seen)
 
-        functions: list[Function] = []
-        for row in conn.execute(
-            """
-            SELECT p.oid, p.proname, p.oid::regprocedure::text,
-                   ARRAY(SELECT a.name
-                           FROM unnest(p.proargnames, p.proargmodes) WITH ORDINALITY AS a(name, mode, n)
-                          WHERE a.mode IS NULL OR a.mode <> ALL (ARRAY['o', 't']::"char"[])
-                          ORDER BY a.n),
-                   pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
-                   obj_description(p.oid, 'pg_proc'), p.prosrc,
-                   p.proacl IS NULL OR EXISTS (SELECT FROM aclexplode(p.proacl) AS a
-                                               WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')
-              FROM pg_proc AS p
-             WHERE p.pronamespace = 'jobq'::regnamespace AND p.proname !~ '^_' AND p.prokind = 'f'
-             ORDER BY p.oid
-            """
-        ):
-            oid, name, identity, argnames, arguments, result, comment, source, public = row
-            files_left = files.get(name, [])
-            file = files_left.pop(0) if files_left else ""
-            levels = tuple(
-                level
-                for level, role in roles
-                if conn.execute("SELECT has_function_privilege(%s, %s, 'EXECUTE')", (role, oid)).fetchone()
-                == (True,)
-            )
-            codes = set(raised_codes(source, conditions))
-            for called in called_names(source):
-                for reached in reach(called):
-                    codes |= direct[reached]
-            functions.append(
-                Function(
-                    name=name,
-                    identity=identity,
-                    argument_names=tuple(argnames),
-                    arguments=arguments,
-                    result=result,
-                    comment=comment,
-                    raises=tuple(sorted(codes)),
-                    levels=levels,
-                    public=public,
-                    source=file,
-                )
-            )
+def _raised_with_calls(
+    conn: psycopg.Connection[Any], conditions: dict[str, str]
+) -> Callable[[str], set[str]]:
+    """What a function body raises: the SQLSTATEs of its own RAISE statements and those of the jobq
+    functions it calls, internal ones included, transitively (read from every jobq function's source)."""
+    sources: dict[str, list[str]] = {}
+    for name, source in conn.execute(
+        "SELECT p.proname, p.prosrc FROM pg_proc AS p WHERE p.pronamespace = 'jobq'::regnamespace"
+    ):
+        sources.setdefault(name, []).append(source)
+    direct = {
+        name: set().union(*(raised_codes(text, conditions) for text in texts))
+        for name, texts in sources.items()
+    }
+    calls = {name: set().union(*(called_names(text) for text in texts)) for name, texts in sources.items()}
 
-        relations: list[Relation] = []
-        for oid, name, kind, comment in conn.execute(
-            """
-            SELECT c.oid, c.relname, CASE WHEN c.relkind = 'v' THEN 'view' ELSE 'table' END,
-                   obj_description(c.oid, 'pg_class')
-              FROM pg_class AS c
-             WHERE c.relnamespace = 'jobq'::regnamespace AND c.relname !~ '^_'
-               AND c.relkind = ANY (ARRAY['r', 'p', 'v', 'm'])
-             ORDER BY c.relkind = 'v' DESC, c.relname
-            """
-        ).fetchall():
-            columns = tuple(
-                Column(column, type_, column_comment)
-                for column, type_, column_comment in conn.execute(
-                    """
-                    SELECT a.attname, format_type(a.atttypid, a.atttypmod),
-                           col_description(a.attrelid, a.attnum)
-                      FROM pg_attribute AS a
-                     WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
-                     ORDER BY a.attnum
-                    """,
-                    (oid,),
-                )
-            )
-            privileges = tuple(
-                (
-                    level,
-                    tuple(
-                        privilege
-                        for privilege in TABLE_PRIVILEGES
-                        if conn.execute(
-                            "SELECT has_table_privilege(%s, %s, %s)", (role, oid, privilege)
-                        ).fetchone()
-                        == (True,)
-                    ),
-                )
-                for level, role in roles
-            )
-            relations.append(Relation(name, kind, comment, columns, privileges))
-    assert version is not None
-    return Catalog(str(version[0]), tuple(functions), tuple(relations), conditions)
+    @functools.cache
+    def reach(name: str) -> frozenset[str]:
+        """name and the jobq functions it calls, transitively."""
+        seen: set[str] = set()
+        todo = [name]
+        while todo:
+            current = todo.pop()
+            if current in seen or current not in sources:
+                continue
+            seen.add(current)
+            todo.extend(calls[current])
+        return frozenset(seen)
+
+    def raised(source: str) -> set[str]:
+        codes = raised_codes(source, conditions)
+        for called in called_names(source):
+            for reached in reach(called):
+                codes |= direct[reached]
+        return codes
+
+    return raised
+
+
+def _has(conn: psycopg.Connection[Any], check: str, *arguments: object) -> bool:
+    """What the privilege check function check (has_function_privilege, ...) says of arguments."""
+    query = sql.SQL("SELECT {}({})").format(
+        sql.Identifier(check), sql.SQL(", ").join(sql.Placeholder() * len(arguments))
+    )
+    return conn.execute(query, arguments).fetchone() == (True,)
+
+
+def _functions(
+    conn: psycopg.Connection[Any], roles: Sequence[tuple[str, str]], raised: Callable[[str], set[str]]
+) -> Iterator[Function]:
+    """The public functions of schema jobq, in the order they were created."""
+    files = defining_files()
+    for row in conn.execute(
+        """
+        SELECT p.oid, p.proname, p.oid::regprocedure::text,
+               ARRAY(SELECT a.name
+                       FROM unnest(p.proargnames, p.proargmodes) WITH ORDINALITY AS a(name, mode, n)
+                      WHERE a.mode IS NULL OR a.mode <> ALL (ARRAY['o', 't']::"char"[])
+                      ORDER BY a.n),
+               pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
+               obj_description(p.oid, 'pg_proc'), p.prosrc,
+               p.proacl IS NULL OR EXISTS (SELECT FROM aclexplode(p.proacl) AS a
+                                           WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE')
+          FROM pg_proc AS p
+         WHERE p.pronamespace = 'jobq'::regnamespace AND p.proname !~ '^_' AND p.prokind = 'f'
+         ORDER BY p.oid
+        """
+    ).fetchall():
+        oid, name, identity, argnames, arguments, result, comment, source, public = row
+        files_left = files.get(name, [])
+        yield Function(
+            name=name,
+            identity=identity,
+            argument_names=tuple(argnames),
+            arguments=arguments,
+            result=result,
+            comment=comment,
+            raises=tuple(sorted(raised(source))),
+            levels=tuple(
+                level for level, role in roles if _has(conn, "has_function_privilege", role, oid, "EXECUTE")
+            ),
+            public=public,
+            source=files_left.pop(0) if files_left else "",
+        )
+
+
+def _relations(conn: psycopg.Connection[Any], roles: Sequence[tuple[str, str]]) -> Iterator[Relation]:
+    """The public tables and views of schema jobq, views first, each by name."""
+    for oid, name, kind, comment in conn.execute(
+        """
+        SELECT c.oid, c.relname, CASE WHEN c.relkind = 'v' THEN 'view' ELSE 'table' END,
+               obj_description(c.oid, 'pg_class')
+          FROM pg_class AS c
+         WHERE c.relnamespace = 'jobq'::regnamespace AND c.relname !~ '^_'
+           AND c.relkind = ANY (ARRAY['r', 'p', 'v', 'm'])
+         ORDER BY c.relkind = 'v' DESC, c.relname
+        """
+    ).fetchall():
+        columns = tuple(
+            Column(*column)
+            for column in conn.execute(
+                """
+                SELECT a.attname, format_type(a.atttypid, a.atttypmod), col_description(a.attrelid, a.attnum)
+                  FROM pg_attribute AS a
+                 WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+                 ORDER BY a.attnum
+                """,
+                (oid,),
+            ).fetchall()
+        )
+        privileges = tuple(
+            (level, tuple(p for p in TABLE_PRIVILEGES if _has(conn, "has_table_privilege", role, oid, p)))
+            for level, role in roles
+        )
+        yield Relation(name, kind, comment, columns, privileges)
 
 
 def check(catalog: Catalog) -> list[str]:
@@ -430,26 +441,12 @@ def check(catalog: Catalog) -> list[str]:
     return problems
 
 
-def _working_tree() -> ModuleType:
-    """tests/helpers/working_tree.py, loaded by its path (the tests' one way of serving sql/src)."""
-    path = REPO_ROOT / "tests" / "helpers" / "working_tree.py"
-    spec = importlib.util.spec_from_file_location("pgjobq_docs_working_tree", path)
-    if spec is None or spec.loader is None:
-        raise ExtensionError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @functools.cache
 def working_tree_catalog() -> Catalog:
     """The catalog of the working tree's pgjobq (sql/src), read once per process from a throwaway
     server started for it and removed at once.  ExtensionError when no server can be started."""
     try:
-        from throwaway_pg import ThrowawayPostgres  # tools/, installed in the venv
-
-        working_tree = _working_tree()
-        with working_tree.servers_run_the_working_tree() as bindir, ThrowawayPostgres(fast=True) as server:
+        with servers_run_the_working_tree() as bindir, ThrowawayPostgres(fast=True) as server:
             conditions = condition_names(bindir)
             with psycopg.connect(server.dsn(), autocommit=True, connect_timeout=30) as conn:
                 conn.execute("CREATE EXTENSION pgjobq")
@@ -466,39 +463,6 @@ def working_tree_catalog() -> Catalog:
 
 
 # -- docutils nodes ------------------------------------------------------------------------------------
-
-
-def _table(
-    headers: Sequence[str], rows: Iterable[Sequence[nodes.Node | str]], widths: Sequence[int]
-) -> nodes.table:
-    """A table of paragraphs; a cell is a string or a node (inline content)."""
-    table = nodes.table(classes=["jobq-reference"])
-    group = nodes.tgroup(cols=len(headers))
-    table += group
-    for width in widths:
-        group += nodes.colspec(colwidth=width)
-    head = nodes.thead()
-    group += head
-    head += _row(headers)
-    body = nodes.tbody()
-    group += body
-    for cells in rows:
-        body += _row(cells)
-    return table
-
-
-def _row(cells: Sequence[nodes.Node | str]) -> nodes.row:
-    row = nodes.row()
-    for cell in cells:
-        entry = nodes.entry()
-        paragraph = nodes.paragraph()
-        if isinstance(cell, str):
-            paragraph += nodes.Text(cell)
-        else:
-            paragraph += cell
-        entry += paragraph
-        row += entry
-    return row
 
 
 def _sql_ref(label: str, text: str) -> addnodes.pending_xref:
@@ -670,7 +634,7 @@ class SqlRelations(_CatalogDirective):
                     " " + (", ".join(levels) if levels else "the extension's owner only") + "."
                 )
                 section += paragraph
-            section += _table(
+            section += table(
                 ["Column", "Type", "Description"],
                 [
                     [nodes.literal(c.name, c.name), nodes.literal(c.type, c.type), c.comment or ""]
@@ -709,7 +673,7 @@ class SqlPrivileges(_CatalogDirective):
         ]
         owner_only = [f for f in catalog.functions if not f.levels and not f.public]
         functions = self.section("Functions", "privileges-functions")
-        functions += _table(["Function", *levels], function_rows, [30] + [14] * len(levels))
+        functions += table(["Function", *levels], function_rows, [30] + [14] * len(levels))
         if owner_only:
             note = nodes.paragraph()
             note += nodes.Text("No level may call ")
@@ -717,7 +681,7 @@ class SqlPrivileges(_CatalogDirective):
             note += nodes.Text(": only the extension's owner and superusers may.")
             functions += note
         relations = self.section("Tables and views", "privileges-relations")
-        relations += _table(["Table or view", *levels], relation_rows, [30] + [14] * len(levels))
+        relations += table(["Table or view", *levels], relation_rows, [30] + [14] * len(levels))
         return [functions, relations]
 
 
@@ -769,7 +733,7 @@ class SqlErrors(_CatalogDirective):
                 _py_ref(exception) if exception.startswith("pgjobq.") else nodes.literal(exception, exception)
             )
             rows.append([anchor, catalog.conditions.get(code, "(pgjobq's own)"), by_cell, client])
-        return [_table(["SQLSTATE", "Condition", "Raised by", "Python exception"], rows, [10, 22, 48, 20])]
+        return [table(["SQLSTATE", "Condition", "Raised by", "Python exception"], rows, [10, 22, 48, 20])]
 
 
 def setup(app: Sphinx) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Fixtures of the documentation's tests: each page's own database on the suite's server.
+"""Fixtures of the documentation's tests: each page's own database on the suite's server; docs/_ext
+importable.
 
 The examples run on the machine's own PostgreSQL only (the fixtures' default target for this folder): they
 show behaviour, and the other majors are covered by the rest of the suite.
@@ -7,6 +8,7 @@ show behaviour, and the other majors are covered by the rest of the suite.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
@@ -18,9 +20,12 @@ from throwaway_pg import ThrowawayPostgres
 
 from .runner import Database
 from helpers.databases import fresh_database
-from helpers.fixtures import Clones
+from helpers.fixtures import REPO_ROOT, Clones
 
 __all__ = ["PageDatabase"]
+
+# docs/_ext: the Sphinx extensions that test_reference.py imports, as docs/conf.py puts them on sys.path
+sys.path.insert(0, str(REPO_ROOT / "docs" / "_ext"))
 
 PageDatabase = Callable[[bool], AbstractContextManager[Database]]
 

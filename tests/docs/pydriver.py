@@ -38,8 +38,11 @@ def run_block(namespace: dict[str, Any], code: str, path: str, line: int) -> str
 
 
 def main() -> None:
+    """Answer the requests of REQUESTS_FD until it closes (see the module docstring)."""
     requests_fd, replies_fd, capture_dir = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-    sys.path.insert(0, os.getcwd())
+    # the page's folder first, and this driver's own (tests/docs) out: the page imports nothing from there
+    here = {str(Path(__file__).parent), str(Path(__file__).resolve().parent)}
+    sys.path[:] = [os.getcwd(), *(entry for entry in sys.path if entry not in here)]
     namespace: dict[str, Any] = {
         "__name__": "__main__",
         "__builtins__": __builtins__,

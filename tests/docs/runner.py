@@ -1,9 +1,13 @@
 """The examples of the documentation, run against a real PostgreSQL and compared with what the page shows.
 
 - A page is Markdown.  Its fenced blocks (``` or ~~~) whose info string starts with ``sql``, ``python``
-  or ``console`` run, in the order of the page; any other block is only shown.  The directive
-  ``<!-- doctest: skip: REASON -->`` on the line before a block (blank lines allowed between) leaves that
-  block out; ``<!-- doctest: empty-database -->`` gives the page a database without pgjobq.
+  or ``console`` run, in the order of the page; those of ``SHOWN`` and MyST directives (``{name}``) are
+  only shown; any other info string, or none, is an error of the page (a block meant to run must not pass
+  unseen as one that is only shown), and so is an empty runnable block.  The directive
+  ``<!-- doctest: skip: REASON -->`` on the line before a runnable block (blank lines allowed between)
+  leaves that block out; ``<!-- doctest: empty-database -->`` gives the page a database without pgjobq.
+  An unknown directive, a skip before no block or before a block that is only shown, and a comment that
+  names doctest but is no directive are errors of the page, as is an unclosed fence.
 - ``sql``: the block is a psql session as ``psql -X -q -a --pset footer=off -v SHOW_CONTEXT=never``
   prints it.  Its statements (``split_session``) are fed to one psql session, and psql's output (stderr
   merged) is compared with the whole block.
@@ -12,7 +16,8 @@
   prints is compared with a ```text block that follows it (only blank lines between); a block that prints
   and has no such block fails.
 - ``console``: ``$ `` lines are bash commands (a trailing ``\\`` continues one), the lines after each its
-  output; machine set-up commands (``SETUP_COMMANDS``) are not run.
+  output; machine set-up commands (``SETUP_COMMANDS``) are not run.  A command that exits with a
+  non-zero status and prints nothing fails (the page could not show it failed).
 
 Every block runs in the page's folder (its current directory, on PYTHONPATH) with the libpq variables,
 DATABASE_URL and PGJOBQ_DSN naming the page's database.  Comparisons ignore trailing spaces and blank
@@ -33,33 +38,53 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 __all__ = [
+    "BLOCK_TIMEOUT",
     "RUNNABLE",
     "SETUP_COMMANDS",
+    "SHOWN",
     "Block",
+    "Command",
     "Database",
     "Failure",
     "Page",
+    "PythonSession",
+    "Ran",
     "collect_pages",
     "compare",
+    "environment",
     "expand_dots",
+    "included_pages",
     "lines_match",
     "parse_page",
+    "run_commands",
+    "run_console",
     "run_page",
+    "run_process",
+    "run_sql",
     "split_console",
     "split_session",
+    "write_file_block",
 ]
 
 RUNNABLE = frozenset({"sql", "python", "console"})
+# The info strings of blocks that are shown, not run (a fragment of a file, a crontab line, a manifest)
+SHOWN = frozenset({"text", "ini", "yaml", "toml", "json", "dockerfile", "sh", "markdown", "diff"})
+# MyST directives that show code in a language of their own: they must not hide a block that should run
+CODE_DIRECTIVES = frozenset({"{code-block}", "{code}", "{sourcecode}"})
+RST_CODE = re.compile(r"^\s*\.\.\s+(?:code-block|code|sourcecode)::\s*(?P<language>\S+)", re.MULTILINE)
 DRIVER = Path(__file__).resolve().with_name("pydriver.py")
 BLOCK_TIMEOUT = 120.0  # seconds a block may take (a worker in an example must stop by itself)
+COMMAND_ENDED = "@@doctest-command-ended@@"  # what the shell prints after each command, with its status
 
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>.*?)\s*$")
 DIRECTIVE = re.compile(r"^\s*<!--\s*doctest:\s*(?P<body>.*?)\s*-->\s*$")
+# a line that looks meant as a directive (a comment naming doctest) but is not one
+LIKE_A_DIRECTIVE = re.compile(r"^\s*<!--.*\bdoctest\b", re.IGNORECASE)
 FILE_LINE = re.compile(r"^#\s*file:\s*(?P<name>[\w./-]+\.py)\s*$")
 
 # The words a psql statement may start with (outside a statement, a line starting with one of them starts
@@ -137,9 +162,10 @@ class Block:
     page: str  # the page's path, as shown in messages (relative to the repository)
     line: int  # the line of the opening fence (1-based)
     end: int  # the line of the closing fence
-    info: str
+    info: str  # the info string's first word (sql, python, {include}...)
     text: str
     skip: str | None = None  # the reason of a doctest skip directive before it ("" when none was given)
+    argument: str = ""  # the rest of the info string (a directive's argument: {code-block} python)
 
     @property
     def first_line(self) -> int:
@@ -174,12 +200,15 @@ class Page:
 
 @dataclass(frozen=True)
 class Failure:
-    """What went wrong with one block: a message (with a diff or a traceback)."""
+    """What went wrong with one block (a message with a diff or a traceback), or with the page's markup
+    (block None: the message names the page and line itself)."""
 
-    block: Block
+    block: Block | None
     message: str
 
     def __str__(self) -> str:
+        if self.block is None:
+            return self.message
         return f"{self.block.where}: ```{self.block.info} block: {self.message}"
 
 
@@ -205,7 +234,7 @@ class Database:
 
 
 def parse_page(text: str, path: str) -> Page:
-    """The blocks and directives of a Markdown page (path names it in messages)."""
+    """The blocks and directives of a Markdown page (path names it in messages), and its markup mistakes."""
     lines = text.splitlines()
     page = Page(path, lines=lines)
     pending_skip: tuple[int, str] | None = None  # (line, reason) of a skip directive waiting for its block
@@ -215,37 +244,19 @@ def parse_page(text: str, path: str) -> Page:
         number = index + 1
         opening = FENCE.match(line)
         if opening is not None and not (opening["fence"][0] == "`" and "`" in opening["info"]):
-            indent, fence = len(opening["indent"]), opening["fence"]
-            info = opening["info"].split()[0] if opening["info"] else ""
-            content: list[str] = []
-            index += 1
-            while index < len(lines):
-                closing = FENCE.match(lines[index])
-                if (
-                    closing is not None
-                    and closing["fence"][0] == fence[0]
-                    and len(closing["fence"]) >= len(fence)
-                    and not closing["info"]
-                ):
-                    break
-                content.append(_dedent(lines[index], indent))
-                index += 1
-            else:
-                page.errors.append(f"{path}:{number}: the ```{info} block opened here is never closed")
-            skip = None
+            block, index = _read_block(page, opening, index)
             if pending_skip is not None:
-                skip = pending_skip[1]
+                block = _skipped(page, block, *pending_skip)
                 pending_skip = None
-            body = "\n".join(content) + "\n" if content else ""
-            page.blocks.append(Block(path, number, index + 1, info, body, skip))
-            index += 1
+            page.errors += _block_problems(block)
+            page.blocks.append(block)
             continue
         directive = DIRECTIVE.match(line)
         if directive is not None:
             body = directive["body"]
             if body == "empty-database":
                 page.empty_database = True
-            elif body == "skip" or body.startswith("skip:") or body.startswith("skip "):
+            elif body == "skip" or body.startswith(("skip:", "skip ")):
                 if pending_skip is not None:
                     page.errors.append(f"{path}:{pending_skip[0]}: a skip directive not followed by a block")
                 pending_skip = (number, body[len("skip") :].lstrip(":").strip())
@@ -254,6 +265,11 @@ def parse_page(text: str, path: str) -> Page:
                     f"{path}:{number}: unknown doctest directive {body!r}"
                     " (known: 'empty-database', 'skip: REASON')"
                 )
+        elif LIKE_A_DIRECTIVE.match(line):
+            page.errors.append(
+                f"{path}:{number}: {line.strip()!r} is not a doctest directive: write"
+                " '<!-- doctest: skip: REASON -->' or '<!-- doctest: empty-database -->' alone on its line"
+            )
         elif line.strip() and pending_skip is not None:
             page.errors.append(f"{path}:{pending_skip[0]}: a skip directive not followed by a block")
             pending_skip = None
@@ -261,6 +277,85 @@ def parse_page(text: str, path: str) -> Page:
     if pending_skip is not None:
         page.errors.append(f"{path}:{pending_skip[0]}: a skip directive not followed by a block")
     return page
+
+
+def _read_block(page: Page, opening: re.Match[str], index: int) -> tuple[Block, int]:
+    """The block whose opening fence is at lines[index], and the index of the line after its closing fence
+    (an unclosed block runs to the end of the page, and is an error of the page)."""
+    lines = page.lines
+    number = index + 1
+    indent, fence = len(opening["indent"]), opening["fence"]
+    info, _, argument = opening["info"].partition(" ")
+    content: list[str] = []
+    index += 1
+    while index < len(lines):
+        closing = FENCE.match(lines[index])
+        if (
+            closing is not None
+            and closing["fence"][0] == fence[0]
+            and len(closing["fence"]) >= len(fence)
+            and not closing["info"]
+        ):
+            break
+        content.append(_dedent(lines[index], indent))
+        index += 1
+    else:
+        page.errors.append(f"{page.path}:{number}: the {fence}{info} block opened here is never closed")
+    body = "\n".join(content) + "\n" if content else ""
+    return Block(page.path, number, index + 1, info, body, argument=argument.strip()), index + 1
+
+
+def _skipped(page: Page, block: Block, line: int, reason: str) -> Block:
+    """block left out by the skip directive at line; a block that would not run anyway is an error."""
+    if block.info not in RUNNABLE:
+        page.errors.append(
+            f"{page.path}:{line}: a skip directive before a ```{block.info} block, which is only shown,"
+            " never run: remove the directive"
+        )
+        return block
+    return replace(block, skip=reason)
+
+
+def _block_problems(block: Block) -> list[str]:
+    """What is wrong with a block for the runner: an info string it does not know (a block that should
+    run, misspelt, would pass unseen), an empty runnable block, code shown by a directive in a runnable
+    language, a ``# file:`` name leading out of the page's folder."""
+    where, info = block.where, block.info
+    if info in RUNNABLE:
+        problems = [] if block.text.strip() else [f"{where}: the ```{info} block is empty: remove it"]
+        named = _file_name(block)
+        if named is not None and (named.startswith("/") or ".." in Path(named).parts):
+            problems.append(f"{where}: '# file: {named}' must name a file inside the page's folder")
+        return problems
+    if info == "":
+        return [
+            f"{where}: a block without an info string: write ```sql, ```python or ```console to run it,"
+            f" or one of {', '.join(sorted(SHOWN))} to show it"
+        ]
+    if info in CODE_DIRECTIVES:
+        language, rst = block.argument.split(" ", 1)[0], None
+    elif info == "{eval-rst}":
+        found = RST_CODE.search(block.text)
+        language, rst = (found["language"], found) if found is not None else ("", None)
+    elif info.startswith("{") or info in SHOWN:
+        return []
+    else:
+        return [
+            f"{where}: unknown info string ```{info}: write ```sql, ```python or ```console to run the"
+            f" block, or one of {', '.join(sorted(SHOWN))} to show it"
+        ]
+    if language in RUNNABLE:
+        how = "a code-block directive in it" if rst is not None else f"```{info} {language}"
+        return [f"{where}: {how} shows {language} that never runs: write it as a ```{language} block"]
+    return []
+
+
+def _file_name(block: Block) -> str | None:
+    """The NAME of a python block starting ``# file: NAME.py`` (written to that file, not run)."""
+    if block.info != "python" or not block.text:
+        return None
+    named = FILE_LINE.match(block.text.splitlines()[0])
+    return None if named is None else named["name"]
 
 
 def _dedent(line: str, indent: int) -> str:
@@ -298,7 +393,9 @@ def split_session(text: str) -> list[str]:
             else:
                 current = [line]
     if current:
-        raise ValueError(f"the statement {current[0].strip()!r} does not end with ';' in the block")
+        raise ValueError(
+            f"the statement {current[0].strip()!r} never ends: end it with ';' (psql would wait for the rest)"
+        )
     return statements
 
 
@@ -362,7 +459,10 @@ def split_console(text: str) -> list[Command]:
         line = lines[index]
         if not line.startswith("$ ") and line.rstrip() != "$":
             if line.strip():
-                raise ValueError(f"the line {line!r} comes before any '$ ' command")
+                raise ValueError(
+                    f"the line {line!r} comes before any command: start a command with '$ ', and show its"
+                    " output after it"
+                )
             index += 1
             continue
         prompt = [line]
@@ -536,30 +636,87 @@ def run_sql(
     return None if problem is None else Failure(block, problem)
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What one command of a console block did: its output (stdout and stderr together), its exit status."""
+
+    output: str
+    status: int
+
+
+def run_commands(
+    commands: Sequence[str],
+    env: Mapping[str, str],
+    folder: Path,
+    timeout: float,
+    prelude: Sequence[str] = (),
+) -> tuple[list[Ran], str, bool]:
+    """Run commands one after the other in one bash (stdin empty), after prelude's commands (their output
+    dropped): what each did, in order (fewer than commands when the shell ended early), what was printed
+    after the last one that ended, and whether it all finished within timeout seconds."""
+    script = [f"{{ {command}\n}} >/dev/null 2>&1" for command in prelude]
+    for command in commands:
+        script += [command, f"printf '\\n%s %s\\n' '{COMMAND_ENDED}' \"$?\""]
+    output, finished = run_process(
+        ["bash", "--noprofile", "--norc", "-c", "\n".join(script)], "", env, folder, timeout
+    )
+    pieces = re.split(rf"\n{COMMAND_ENDED} (\d+)\n", output)
+    ran = [Ran(text, int(status)) for text, status in zip(pieces[0:-1:2], pieces[1::2], strict=True)]
+    return ran, pieces[-1], finished
+
+
 def run_console(
-    block: Block, env: Mapping[str, str], folder: Path, timeout: float = BLOCK_TIMEOUT
+    block: Block,
+    env: Mapping[str, str],
+    folder: Path,
+    timeout: float = BLOCK_TIMEOUT,
+    *,
+    setup: Callable[[str], str] | None = None,
+    prelude: Sequence[str] = (),
 ) -> Failure | None:
-    """Run a ```console block's commands in one bash and compare their output with the block's."""
+    """Run a ```console block's commands in one bash and compare their output with the block's.
+
+    The set-up commands (SETUP_COMMANDS) are not run, and their shown output stands; given setup, they run
+    too, as setup rewrites them, and must exit 0 (their output is still not compared).  prelude's commands
+    run first, silently (the shell state of the blocks before).  A command that exits with a non-zero
+    status and prints nothing fails: nothing on the page would show that it failed."""
     try:
         commands = split_console(block.text)
     except ValueError as exc:
         return Failure(block, str(exc))
-    marker = "@@doctest-command-ended@@"
-    script = []
-    for command in commands:
-        if not command.setup:
-            script += [command.command, f"printf '\\n%s\\n' '{marker}'"]
-    argv = ["bash", "--noprofile", "--norc", "-c", "\n".join(script)]
-    output, finished = run_process(argv, "", env, folder, timeout)
+    to_run = [command for command in commands if setup is not None or not command.setup]
+    argv = [setup(c.command) if setup is not None and c.setup else c.command for c in to_run]
+    results, rest, finished = run_commands(argv, env, folder, timeout, prelude)
     if not finished:
-        return Failure(block, f"the commands did not finish in {timeout:g} s; their output:\n{output}")
-    outputs = iter(output.split(f"\n{marker}\n"))
+        printed = "".join(result.output for result in results) + rest
+        return Failure(block, f"the commands did not finish in {timeout:g} s; their output:\n{printed}")
+    if len(results) < len(to_run):
+        stopped = to_run[len(results)].command
+        return Failure(
+            block, f"the shell ended during `{stopped}`, leaving the rest unrun; its output:\n{rest}"
+        )
+    outcome = dict(zip(map(id, to_run), results, strict=True))
     actual: list[str] = []
     for command in commands:
+        ran = outcome.get(id(command))
+        if ran is not None and ran.status != 0 and (command.setup or not ran.output.strip()):
+            return Failure(block, _failed(command, ran))
         actual += command.prompt
-        actual += command.shown if command.setup else next(outputs, "").splitlines()
+        actual += command.shown if command.setup or ran is None else ran.output.splitlines()
     problem = compare(block.text, actual, block, block.first_line)
     return None if problem is None else Failure(block, problem)
+
+
+def _failed(command: Command, ran: Ran) -> str:
+    """Why a command that exited with a non-zero status fails its block although its output may match."""
+    if command.setup:
+        return (
+            f"`{command.command}` (set-up, which must succeed) exited with status {ran.status}:\n{ran.output}"
+        )
+    return (
+        f"`{command.command}` exited with status {ran.status} and printed nothing, so the page cannot show"
+        ' that it failed: fix it, or end it with `|| echo "exit $?"` if failing is the point'
+    )
 
 
 class PythonSession:
@@ -604,11 +761,11 @@ class PythonSession:
         answer = json.loads(reply)
         return answer["output"], answer["error"]
 
-    def close(self) -> None:
-        """End the interpreter and whatever it started."""
+    def close(self, grace: float = 10.0) -> None:
+        """End the interpreter (given grace seconds to end by itself) and whatever it started."""
         os.close(self.requests)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(10)
+            self.process.wait(grace)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
@@ -618,14 +775,15 @@ class PythonSession:
         self.capture.rmdir()
 
 
-def _python_steps(page: Page) -> Iterator[tuple[Block, Block | None]]:
-    """Each runnable block with, for a python block, the ```text block that shows its output."""
+def _steps(page: Page) -> Iterator[tuple[Block, Block | None]]:
+    """Each block that runs with, for a python block, the ```text block right after it (only blank lines
+    between) that shows its output."""
     blocks = page.blocks
     for index, block in enumerate(blocks):
         if block.info not in RUNNABLE or block.skip is not None:
             continue
-        shown = None
         following = blocks[index + 1] if index + 1 < len(blocks) else None
+        shown = None
         if (
             block.info == "python"
             and following is not None
@@ -634,6 +792,17 @@ def _python_steps(page: Page) -> Iterator[tuple[Block, Block | None]]:
         ):
             shown = following
         yield block, shown
+
+
+def write_file_block(block: Block, folder: Path) -> bool:
+    """Write a python block starting ``# file: NAME.py`` to folder/NAME.py; whether it was one."""
+    name = _file_name(block)
+    if name is None:
+        return False
+    target = folder / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(block.text, encoding="utf-8")
+    return True
 
 
 def run_page(
@@ -651,26 +820,28 @@ def run_page(
     bindir is the server's programs (psql is taken from there); source, the page's file, lets a traceback
     show the page's lines; a block taking more than timeout seconds fails."""
     page = parse_page(text, path)
-    failures = [Failure(Block(path, 1, 1, "", ""), error) for error in page.errors]
+    failures = [Failure(None, error) for error in page.errors]
     env = environment(database, folder, bindir)
     psql = str(bindir / "psql") if bindir is not None and (bindir / "psql").exists() else "psql"
     python: PythonSession | None = None
+    stopped: Block | None = None  # the python block after which the page's interpreter was stopped
     try:
-        for block, shown in _python_steps(page):
+        for block, shown in _steps(page):
             if block.info == "sql":
                 failure = run_sql(block, env, psql, folder, timeout)
             elif block.info == "console":
                 failure = run_console(block, env, folder, timeout)
+            elif write_file_block(block, folder):
+                continue
+            elif stopped is not None:
+                failure = Failure(block, f"not run: the page's python stopped at {stopped.where}")
             else:
-                named = FILE_LINE.match(block.text.splitlines()[0]) if block.text else None
-                if named is not None:
-                    target = folder / named["name"]
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_text(block.text, encoding="utf-8")
-                    continue
                 if python is None:
                     python = PythonSession(env, folder, source, timeout)
-                failure = _run_python(python, block, shown)
+                failure, ended = _run_python(python, block, shown)
+                if ended:  # stuck or gone: nothing to wait for
+                    python.close(grace=0)
+                    python, stopped = None, block
             if failure is not None:
                 failures.append(failure)
     finally:
@@ -679,30 +850,45 @@ def run_page(
     return failures
 
 
-def _run_python(python: PythonSession, block: Block, shown: Block | None) -> Failure | None:
+def _run_python(python: PythonSession, block: Block, shown: Block | None) -> tuple[Failure | None, bool]:
+    """Run a python block in the page's interpreter and compare what it prints with shown; the failure,
+    and whether the interpreter is gone or stuck (the block did not finish, or it ended)."""
     try:
         output, error = python.run(block)
     except (TimeoutError, RuntimeError) as exc:
-        return Failure(block, str(exc))
+        return Failure(block, str(exc)), True
     if error is not None:
         printed = f"\nwhat it printed before:\n{output}" if output.strip() else ""
-        return Failure(block, f"the block raised:\n{error}{printed}")
+        return Failure(block, f"the block raised:\n{error}{printed}"), False
     if shown is None:
         if output.strip():
-            return Failure(
-                block,
-                "the block prints, and no ```text block right after it shows what:\n" + output,
+            message = (
+                "the block prints, and no ```text block right after it shows what: add one with this"
+                " output (a line '...' for lines that change from run to run):\n" + output
             )
-        return None
+            return Failure(block, message), False
+        return None, False
     problem = compare(shown.text, output, shown, shown.first_line, f"the ```text block at line {shown.line}")
-    return None if problem is None else Failure(block, problem)
+    return (None if problem is None else Failure(block, problem)), False
+
+
+def included_pages(page: Path) -> list[Path]:
+    """The Markdown files a page's ``{include}`` blocks bring into the site (their examples are shown there
+    and must run)."""
+    parsed = parse_page(page.read_text(encoding="utf-8"), page.name)
+    return [
+        (page.parent / block.argument).resolve()
+        for block in parsed.blocks
+        if block.info == "{include}" and block.argument.endswith(".md")
+    ]
 
 
 def collect_pages(root: Path) -> dict[str, Path]:
-    """The pages whose examples run, by path relative to root: README.md, CONTRIBUTING.md and docs/**/*.md
-    (the built site in docs/_build left out), in that order."""
+    """The pages whose examples run, by path relative to root: README.md, CONTRIBUTING.md, docs/**/*.md
+    (the built site in docs/_build left out) and the Markdown files those include, in that order."""
     found = [root / "README.md", root / "CONTRIBUTING.md"]
     found += sorted(
         path for path in (root / "docs").rglob("*.md") if "_build" not in path.relative_to(root).parts
     )
+    found += [included for page in found if page.is_file() for included in included_pages(page)]
     return {path.relative_to(root).as_posix(): path for path in found if path.is_file()}

@@ -29,11 +29,12 @@ PAGES = (
     else collect_pages(REPO_ROOT)
 )
 PARSED = {name: parse_page(path.read_text(encoding="utf-8"), name) for name, path in PAGES.items()}
-RUNNABLE = [name for name, page in PARSED.items() if page.runnable or page.errors]
+# the pages with a block to run or a markup mistake to report
+TESTED = [name for name, page in PARSED.items() if page.runnable or page.errors]
 SKIPPED = [block for page in PARSED.values() for block in page.skipped]
 
 
-@pytest.mark.parametrize("name", RUNNABLE)
+@pytest.mark.parametrize("name", TESTED)
 def test_examples(name: str, page_database: PageDatabase, tmp_path: Path) -> None:
     page = PARSED[name]
     with page_database(page.empty_database) as database:

@@ -8,42 +8,21 @@ does) through the generator's own functions, after adding to it the function eac
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 
+import clickref
 import psycopg
 import pytest
+import sqlref
 from throwaway_pg import find_bindir
 
 from pgjobq._cli import main
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def load(name: str) -> ModuleType:
-    """docs/_ext/<name>.py, the Sphinx extension, loaded by its path (docs/ is no package)."""
-    spec = importlib.util.spec_from_file_location(
-        f"pgjobq_docs_{name}", REPO_ROOT / "docs" / "_ext" / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # before running it: its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-sqlref = load("sqlref")
-clickref = load("clickref")
 
 
 @pytest.fixture(scope="module")
 def conditions() -> dict[str, str]:
     """SQLSTATE -> condition name, from the test server's errcodes.txt."""
-    result: dict[str, str] = sqlref.condition_names(find_bindir())
-    return result
+    return sqlref.condition_names(find_bindir())
 
 
 @pytest.fixture
@@ -58,8 +37,7 @@ def problems_with(
     """The build's problems with the catalog of conn's database once statements have run."""
     for statement in statements:
         conn.execute(statement)
-    result: list[str] = sqlref.check(sqlref.read_catalog(conn, conditions))
-    return result
+    return sqlref.check(sqlref.read_catalog(conn, conditions))
 
 
 def test_the_working_trees_functions_pass_the_check(
@@ -68,28 +46,36 @@ def test_the_working_trees_functions_pass_the_check(
     assert problems_with(conn, conditions) == []
 
 
+def problems_with_probe(
+    conn: psycopg.Connection[tuple[object, ...]],
+    conditions: dict[str, str],
+    *,
+    name: str = "probe",
+    comment: str | None = None,
+    revoke: bool = True,
+) -> list[str]:
+    """The build's problems once the function jobq.<name>(text) is added, with comment if one is given,
+    and with PUBLIC's EXECUTE revoked if revoke (what every function of sql/src does)."""
+    function = f"jobq.{name}(text)"
+    statements = [f"CREATE FUNCTION jobq.{name}(queue text) RETURNS int LANGUAGE sql AS 'SELECT 1'"]
+    if comment is not None:
+        statements.append(f"COMMENT ON FUNCTION {function} IS '{comment}'")
+    if revoke:
+        statements.append(f"REVOKE ALL ON FUNCTION {function} FROM PUBLIC")
+    return problems_with(conn, conditions, *statements)
+
+
 def test_a_function_without_a_comment_fails_the_build_naming_it(
     conn: psycopg.Connection[tuple[object, ...]], conditions: dict[str, str]
 ) -> None:
-    problems = problems_with(
-        conn,
-        conditions,
-        "CREATE FUNCTION jobq.probe() RETURNS int LANGUAGE sql AS 'SELECT 1'",
-        "REVOKE ALL ON FUNCTION jobq.probe() FROM PUBLIC",
-    )
-    assert "jobq.probe() has no COMMENT: add COMMENT ON FUNCTION after it in sql/src" in problems
+    problems = problems_with_probe(conn, conditions)
+    assert "jobq.probe(text) has no COMMENT: add COMMENT ON FUNCTION after it in sql/src" in problems
 
 
 def test_a_function_no_level_may_call_fails_the_build_naming_it(
     conn: psycopg.Connection[tuple[object, ...]], conditions: dict[str, str]
 ) -> None:
-    problems = problems_with(
-        conn,
-        conditions,
-        "CREATE FUNCTION jobq.probe(queue text) RETURNS int LANGUAGE sql AS 'SELECT 1'",
-        "COMMENT ON FUNCTION jobq.probe(text) IS 'A probe.'",
-        "REVOKE ALL ON FUNCTION jobq.probe(text) FROM PUBLIC",
-    )
+    problems = problems_with_probe(conn, conditions, comment="A probe.")
     assert len(problems) == 1
     assert problems[0].startswith("jobq.probe(text) may be called by no access level")
 
@@ -97,39 +83,21 @@ def test_a_function_no_level_may_call_fails_the_build_naming_it(
 def test_a_function_public_may_execute_fails_the_build_naming_it(
     conn: psycopg.Connection[tuple[object, ...]], conditions: dict[str, str]
 ) -> None:
-    problems = problems_with(
-        conn,
-        conditions,
-        "CREATE FUNCTION jobq.probe() RETURNS int LANGUAGE sql AS 'SELECT 1'",
-        "COMMENT ON FUNCTION jobq.probe() IS 'A probe.'",
-    )
+    problems = problems_with_probe(conn, conditions, comment="A probe.", revoke=False)
     assert len(problems) == 1
-    assert problems[0].startswith("jobq.probe() may be executed by PUBLIC")
+    assert problems[0].startswith("jobq.probe(text) may be executed by PUBLIC")
 
 
 def test_a_function_whose_comment_says_owner_only_needs_no_level(
     conn: psycopg.Connection[tuple[object, ...]], conditions: dict[str, str]
 ) -> None:
-    problems = problems_with(
-        conn,
-        conditions,
-        "CREATE FUNCTION jobq.probe() RETURNS int LANGUAGE sql AS 'SELECT 1'",
-        "COMMENT ON FUNCTION jobq.probe() IS 'A probe. Owner or superuser only.'",
-        "REVOKE ALL ON FUNCTION jobq.probe() FROM PUBLIC",
-    )
-    assert problems == []
+    assert problems_with_probe(conn, conditions, comment="A probe. Owner or superuser only.") == []
 
 
 def test_an_internal_function_needs_neither_comment_nor_level(
     conn: psycopg.Connection[tuple[object, ...]], conditions: dict[str, str]
 ) -> None:
-    problems = problems_with(
-        conn,
-        conditions,
-        "CREATE FUNCTION jobq._probe() RETURNS int LANGUAGE sql AS 'SELECT 1'",
-        "REVOKE ALL ON FUNCTION jobq._probe() FROM PUBLIC",
-    )
-    assert problems == []
+    assert problems_with_probe(conn, conditions, name="_probe") == []
 
 
 def test_a_function_raises_what_the_internal_functions_it_calls_raise(

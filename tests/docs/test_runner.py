@@ -9,7 +9,16 @@ import pytest
 from throwaway_pg import find_bindir
 
 from .conftest import PageDatabase
-from .runner import Failure, expand_dots, lines_match, parse_page, run_page, split_console, split_session
+from .runner import (
+    Failure,
+    collect_pages,
+    expand_dots,
+    lines_match,
+    parse_page,
+    run_page,
+    split_console,
+    split_session,
+)
 
 FENCE = "```"
 
@@ -80,17 +89,73 @@ def test_a_skip_directive_without_a_reason_has_an_empty_reason() -> None:
     [
         (page("<!-- doctest: skipp: typo -->"), "p.md:1: unknown doctest directive 'skipp: typo'"),
         (
-            page("<!-- doctest: skip: why -->", "text", "```sql", "```"),
+            page("<!-- doctest: skip: why -->", "text", "```sql", "SELECT 1;", "```"),
             "p.md:1: a skip directive not followed",
         ),
+        (
+            page("<!-- doctest: skip: why -->", "```text", "shown", "```"),
+            "p.md:1: a skip directive before a ```text block, which is only shown",
+        ),
+        (
+            page("<!-- doctest skip: no colon -->"),
+            "p.md:1: '<!-- doctest skip: no colon -->' is not a doctest",
+        ),
         (page("```sql", "SELECT 1;"), "p.md:1: the ```sql block opened here is never closed"),
+        (page("```py", "print(1)", "```"), "p.md:1: unknown info string ```py: write ```sql, ```python"),
+        (page("```", "SELECT 1;", "```"), "p.md:1: a block without an info string"),
+        (page("```sql", "", "```"), "p.md:1: the ```sql block is empty"),
+        (
+            page("```{code-block} python", "print(1)", "```"),
+            "p.md:1: ```{code-block} python shows python that never runs",
+        ),
+        (
+            page("```{eval-rst}", ".. code-block:: sql", "", "   SELECT 1;", "```"),
+            "p.md:1: a code-block directive in it shows sql that never runs",
+        ),
+        (
+            page("```python", "# file: ../outside.py", "x = 1", "```"),
+            "p.md:1: '# file: ../outside.py' must name a file inside the page's folder",
+        ),
     ],
-    ids=["unknown directive", "skip before text", "unclosed fence"],
+    ids=[
+        "unknown directive",
+        "skip before text",
+        "skip before a shown block",
+        "a directive misspelt",
+        "unclosed fence",
+        "unknown info string",
+        "no info string",
+        "empty block",
+        "code-block directive",
+        "code-block in eval-rst",
+        "file out of the folder",
+    ],
 )
 def test_a_markup_mistake_is_an_error_of_the_page(text: str, error: str) -> None:
     errors = parse_page(text, "p.md").errors
     assert len(errors) == 1
     assert errors[0].startswith(error)
+
+
+def test_shown_blocks_and_myst_directives_are_no_error() -> None:
+    text = page("```text", "out", "```", "```yaml", "a: 1", "```", "```{include} ../README.md", "```")
+    assert parse_page(text, "p.md").errors == []
+
+
+def test_a_markup_mistake_fails_the_page_naming_its_line(page_database: PageDatabase, tmp_path: Path) -> None:
+    assert only_failure(run(page("# Title", "```pyhton", "print(1)", "```"), page_database, tmp_path)) == (
+        "page.md:2: unknown info string ```pyhton: write ```sql, ```python or ```console to run the block,"
+        " or one of diff, dockerfile, ini, json, markdown, sh, text, toml, yaml to show it"
+    )
+
+
+def test_the_pages_are_the_readme_contributing_the_docs_and_what_they_include(tmp_path: Path) -> None:
+    (tmp_path / "docs" / "_build").mkdir(parents=True)
+    for name in ("README.md", "CONTRIBUTING.md", "CHANGELOG.md", "docs/b.md", "docs/_build/built.md"):
+        (tmp_path / name).write_text("# Title\n")
+    (tmp_path / "docs" / "a.md").write_text(page("```{include} ../CHANGELOG.md", "```"))
+    pages = collect_pages(tmp_path)
+    assert list(pages) == ["README.md", "CONTRIBUTING.md", "docs/a.md", "docs/b.md", "CHANGELOG.md"]
 
 
 def test_the_empty_database_directive_is_read() -> None:
@@ -126,7 +191,7 @@ def test_a_session_is_split_into_statements_and_output() -> None:
 
 
 def test_a_statement_that_never_ends_is_an_error() -> None:
-    with pytest.raises(ValueError, match="does not end with ';'"):
+    with pytest.raises(ValueError, match="never ends: end it with ';'"):
         split_session("SELECT 1\n")
 
 
@@ -301,7 +366,8 @@ def test_a_block_that_prints_without_a_text_block_fails(page_database: PageDatab
         FENCE + "python", "print('hello')", FENCE, "", "Some prose.", "", FENCE + "text", "hello", FENCE
     )
     message = only_failure(run(text, page_database, tmp_path))
-    assert "the block prints, and no ```text block right after it shows what:\nhello" in message
+    assert "the block prints, and no ```text block right after it shows what: add one" in message
+    assert message.endswith("\nhello\n")
 
 
 def test_an_exception_fails_with_the_traceback_at_the_page_line(
@@ -312,6 +378,21 @@ def test_an_exception_fails_with_the_traceback_at_the_page_line(
     assert message.startswith("page.md:3: ```python block: the block raised:")
     assert 'File "page.md", line 5, in <module>' in message
     assert "ZeroDivisionError: division by zero" in message
+
+
+def test_a_page_s_python_sees_its_folder_and_not_the_runner_s(
+    page_database: PageDatabase, tmp_path: Path
+) -> None:
+    text = page(
+        FENCE + "python",
+        "import importlib.util, os, sys",
+        "print(sys.path[0] == os.getcwd(), importlib.util.find_spec('pydriver'))",
+        FENCE,
+        FENCE + "text",
+        "True None",
+        FENCE,
+    )
+    assert run(text, page_database, tmp_path) == []
 
 
 def test_a_file_block_is_written_for_later_blocks_and_commands(
@@ -339,10 +420,13 @@ def test_a_file_block_is_written_for_later_blocks_and_commands(
     assert (tmp_path / "greetings.py").read_text().startswith("# file: greetings.py\n")
 
 
-def test_a_block_that_does_not_finish_fails(page_database: PageDatabase, tmp_path: Path) -> None:
-    text = page(FENCE + "python", "import time", "time.sleep(60)", FENCE)
-    message = only_failure(run(text, page_database, tmp_path, timeout=1))
-    assert "the block did not finish in 1 s" in message
+def test_a_block_that_does_not_finish_fails_and_the_page_s_later_python_blocks_do_not_run(
+    page_database: PageDatabase, tmp_path: Path
+) -> None:
+    text = page(FENCE + "python", "import time", "time.sleep(60)", FENCE, FENCE + "python", "x = 1", FENCE)
+    first, second = run(text, page_database, tmp_path, timeout=1)
+    assert "the block did not finish in 1 s" in str(first)
+    assert str(second) == "page.md:5: ```python block: not run: the page's python stopped at page.md:1"
 
 
 # -- console blocks --------------------------------------------------------------------------------------
@@ -373,6 +457,18 @@ def test_a_changed_command_output_fails_with_a_diff(page_database: PageDatabase,
     message = only_failure(run(text, page_database, tmp_path))
     assert "first difference at page.md:4: 'three'" in message
     assert "\n-three\n+two" in message
+
+
+def test_a_command_that_fails_printing_nothing_fails(page_database: PageDatabase, tmp_path: Path) -> None:
+    text = page(FENCE + "console", "$ false", '$ false || echo "exit $?"', "exit 1", FENCE)
+    message = only_failure(run(text, page_database, tmp_path))
+    assert message.startswith("page.md:1: ```console block: `false` exited with status 1 and printed nothing")
+
+
+def test_a_command_that_ends_the_shell_fails(page_database: PageDatabase, tmp_path: Path) -> None:
+    text = page(FENCE + "console", "$ echo bye; exit 0", "bye", "$ echo never", "never", FENCE)
+    message = only_failure(run(text, page_database, tmp_path))
+    assert "the shell ended during `echo bye; exit 0`, leaving the rest unrun" in message
 
 
 def test_the_roles_a_page_creates_are_dropped_after_it(page_database: PageDatabase, tmp_path: Path) -> None:

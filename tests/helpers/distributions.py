@@ -65,7 +65,7 @@ def _copy_tree(tree: Path) -> None:
         shutil.copytree(REPO_ROOT / "sql" / folder, tree / "sql" / folder)
     script = tree / "sql" / built_script_name()
     run(
-        ["python3", str(BUILDER), "--version", current_version(), "--output", str(script), "sql/src"],
+        [sys.executable, str(BUILDER), "--version", current_version(), "--output", str(script), "sql/src"],
         cwd=tree,
         what="building the current version's script as `make build` does",
     )

@@ -26,7 +26,7 @@ SCRIPT = REPO_ROOT / "tools" / "ensure-deps"
 OLD, NEW = "15.18-0+deb12u1", "15.20-0+deb12u1"  # a point release, then its security update
 TESTS_NEED = [
     "postgresql-15", "postgresql-client-15", "postgresql-server-dev-15", "postgresql-15-plpgsql-check",
-    "pgbouncer", "chromium", "iproute2", "nftables",
+    "pgbouncer", "chromium", "iproute2", "nftables", "jq",
 ]  # fmt: skip
 
 
@@ -46,6 +46,7 @@ def archive(*server_versions: str) -> dict[str, Any]:
         "chromium-common": [],
         "iproute2": [],
         "nftables": [],
+        "jq": [],
         "redis-server": [],
         "valgrind": [],
         "debootstrap": [],

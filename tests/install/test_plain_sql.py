@@ -74,7 +74,7 @@ class Owner:
         return connect_as(self.server, self.dbname, self.role)
 
     def psql(self, script: str, *, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run script with psql as the owner, stopping at the first error, as the README says to."""
+        """Run script with psql as the owner, stopping at the first error, as docs/howto/install.md says."""
         psql = find_bindir() / "psql"
         command = [str(psql), "-X", "-q", "-v", "ON_ERROR_STOP=1", self.dsn]
         result = subprocess.run(command, input=script, capture_output=True, text=True)

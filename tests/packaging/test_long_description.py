@@ -7,11 +7,11 @@ generator leaves a relative link, a comment, or changes code.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
+
+import pypi_readme
 
 from helpers.fixtures import REPO_ROOT
 
@@ -20,20 +20,9 @@ DOCS = "https://pgjobq.readthedocs.io/"
 SOURCE = "https://github.com/pgjobq/pgjobq"
 
 
-def generator() -> ModuleType:
-    """tools/pypi_readme.py as a module (a script of tools/, not one of its installed modules)."""
-    spec = importlib.util.spec_from_file_location("pypi_readme", GENERATOR)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("pypi_readme", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def made(text: str, root: Path = REPO_ROOT) -> str:
-    module = generator()
-    result: str = module.description(text, module.Addresses(source=SOURCE, documentation=DOCS), root)
-    return result
+    """The description the generator makes of text, for a project published at SOURCE and DOCS."""
+    return pypi_readme.description(text, pypi_readme.Addresses(source=SOURCE, documentation=DOCS), root)
 
 
 def test_python_readme_is_what_the_generator_makes_of_the_readme() -> None:
@@ -44,14 +33,14 @@ def test_python_readme_is_what_the_generator_makes_of_the_readme() -> None:
 
 
 def test_every_relative_link_of_the_readme_names_a_file_or_folder_of_the_tree() -> None:
-    targets: list[str] = generator().relative_targets((REPO_ROOT / "README.md").read_text(encoding="utf-8"))
+    targets: list[str] = pypi_readme.relative_targets((REPO_ROOT / "README.md").read_text(encoding="utf-8"))
     missing = [target for target in targets if not (REPO_ROOT / target.partition("#")[0]).exists()]
     assert missing == [], f"README.md links to what the tree does not have: {', '.join(missing)}"
 
 
 def test_python_readme_has_no_relative_link_and_no_comment() -> None:
     text = (REPO_ROOT / "python" / "README.md").read_text(encoding="utf-8")
-    assert generator().relative_targets(text) == []
+    assert pypi_readme.relative_targets(text) == []
     assert "<!--" not in text
 
 
@@ -97,3 +86,8 @@ def test_comments_go_with_the_lines_they_leave_empty() -> None:
         "End. <!-- x -->\n"
     )
     assert made(text) == "Intro.\n\nStep one.\n\nEnd. \n"
+
+
+def test_a_fence_line_with_an_info_string_inside_a_block_does_not_close_it() -> None:
+    text = "```text\n```python\n```\n[page](docs/a.md)\n"
+    assert made(text) == "```text\n```python\n```\n[page](https://pgjobq.readthedocs.io/en/latest/a.html)\n"

@@ -16,23 +16,21 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import psycopg
 import pytest
 from docs.runner import (
-    FILE_LINE,
-    Block,
     Database,
     Failure,
     Page,
-    compare,
     environment,
     parse_page,
+    run_console,
     run_sql,
     split_console,
+    write_file_block,
 )
 from psycopg.rows import dict_row
 from throwaway_pg import ThrowawayPostgres, find_bindir
@@ -52,7 +50,6 @@ INSTALL_PACKAGE = re.compile(r"""^pip3?\s+install\s+(["']?)pgjobq-py(?P<extras>\
 # commands whose effect on the shell the following blocks keep
 SHELL_STATE = re.compile(r"^(?:\.|source|export|cd)\s")
 BLOCK_TIMEOUT = 600.0  # pip installing the wheel's dependencies on an empty cache
-MARKER = "@@quickstart-command-ended@@"
 # the suite's own settings that a new user's shell does not have
 NOT_A_NEW_USERS = ("PYTHONPATH", "PGJOBQ_DSN", "DATABASE_URL", "VIRTUAL_ENV")
 
@@ -76,43 +73,14 @@ def as_run_here(command: str, wheel: Path) -> str:
     return f"pip install --quiet {shlex.quote(requirement)}"
 
 
-def run_console(
-    block: Block, env: dict[str, str], folder: Path, shell: list[str], wheel: Path
-) -> Failure | None:
-    """Run the block's commands, set-up ones included, in one bash that first replays shell's commands."""
+def shell_state(console: str) -> list[str]:
+    """The commands of a console block whose effect on the shell the following blocks keep (none from a
+    block that cannot be read: run_console reports it)."""
     try:
-        commands = split_console(block.text)
-    except ValueError as exc:
-        return Failure(block, str(exc))
-    script = ["exec 2>&1 </dev/null", *(f"{command} >/dev/null" for command in shell)]
-    for command in commands:
-        script += [as_run_here(command.command, wheel), f"printf '\\n%s %s\\n' '{MARKER}' \"$?\""]
-    try:
-        done = subprocess.run(
-            ["bash", "--noprofile", "--norc", "-c", "\n".join(script)],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=folder,
-            timeout=BLOCK_TIMEOUT,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return Failure(block, f"the commands did not finish in {BLOCK_TIMEOUT:.0f} s")
-    pieces = re.split(rf"\n{MARKER} (\d+)\n", done.stdout)
-    outputs, statuses = pieces[0::2], pieces[1::2]
-    actual: list[str] = []
-    for index, command in enumerate(commands):
-        output = outputs[index] if index < len(statuses) else "".join(outputs[index:])
-        status = statuses[index] if index < len(statuses) else "missing"
-        if command.setup and status != "0":
-            return Failure(block, f"`{command.command}` exited with status {status}:\n{output}")
-        actual += command.prompt
-        actual += command.shown if command.setup else output.splitlines()
-        if SHELL_STATE.match(command.command):
-            shell.append(command.command)
-    problem = compare(block.text, actual, block, block.first_line)
-    return None if problem is None else Failure(block, problem)
+        commands = split_console(console)
+    except ValueError:
+        return []
+    return [command.command for command in commands if SHELL_STATE.match(command.command)]
 
 
 def new_users_environment(database: Database, folder: Path, venv: Path, bindir: Path) -> dict[str, str]:
@@ -127,42 +95,55 @@ def new_users_environment(database: Database, folder: Path, venv: Path, bindir: 
     return env
 
 
+def run_quickstart(page: Page, env: dict[str, str], folder: Path, psql: Path, wheel: Path) -> list[Failure]:
+    """Run the quickstart's blocks in folder, in order, as a new user would (module docstring); the
+    failures."""
+    failures: list[Failure] = []
+    shell: list[str] = []  # the commands of the blocks so far that changed the shell's state
+    for block in page.runnable:
+        if block.info == "python" and write_file_block(block, folder):
+            continue
+        if block.info == "python":
+            failure: Failure | None = Failure(
+                block, "a python block of the quickstart must be a file (`# file: NAME.py`) that it runs"
+            )
+        elif block.info == "sql":
+            failure = run_sql(block, env, str(psql), folder)
+        else:
+            failure = run_console(
+                block,
+                env,
+                folder,
+                BLOCK_TIMEOUT,
+                setup=lambda command: as_run_here(command, wheel),
+                prelude=shell,
+            )
+            shell += shell_state(block.text)
+        if failure is not None:
+            failures.append(failure)
+    return failures
+
+
 @pytest.mark.slow
 def test_the_readme_quickstart_runs_from_the_built_wheel_in_a_clean_virtualenv(
     distributions: Distributions, pg_server: ThrowawayPostgres, tmp_path: Path
 ) -> None:
     page = quickstart()
-    assert page.errors == []
-    assert any(INSTALL_PACKAGE.match(line.strip("$ ")) for line in page.lines), (
-        'the quickstart never runs `pip install "pgjobq-py[...]"`: what would install the wheel?'
-    )
+    if page.errors:
+        pytest.fail("the quickstart's markup:\n" + "\n".join(page.errors), pytrace=False)
+    if not any(INSTALL_PACKAGE.match(line.removeprefix("$ ").strip()) for line in page.lines):
+        pytest.fail('the quickstart never runs `pip install "pgjobq-py[...]"`: nothing installs the wheel')
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path, what="python -m venv")
     folder = tmp_path / "work"
     folder.mkdir()
     bindir = find_bindir()
-    failures: list[Failure] = []
-    shell: list[str] = []
     with (
         psycopg.connect(pg_server.dsn(), autocommit=True, row_factory=dict_row) as admin,
         fresh_database(admin) as dbname,
     ):
         database = Database(pg_server.host, pg_server.port, pg_server.user, dbname)
         env = new_users_environment(database, folder, venv, bindir)
-        for block in page.runnable:
-            named = FILE_LINE.match(block.text.splitlines()[0]) if block.text else None
-            if block.info == "python" and named is not None:
-                (folder / named["name"]).write_text(block.text, encoding="utf-8")
-                continue
-            if block.info == "python":
-                failure: Failure | None = Failure(
-                    block, "a python block of the quickstart must be a file (`# file: NAME.py`) that it runs"
-                )
-            elif block.info == "sql":
-                failure = run_sql(block, env, str(bindir / "psql"), folder)
-            else:
-                failure = run_console(block, env, folder, shell, distributions.wheel)
-            if failure is not None:
-                failures.append(failure)
+        failures = run_quickstart(page, env, folder, bindir / "psql", distributions.wheel)
     if failures:
         pytest.fail("\n\n".join(str(failure) for failure in failures), pytrace=False)
