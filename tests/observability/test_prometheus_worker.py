@@ -179,9 +179,13 @@ def test_a_real_worker_s_endpoint_agrees_with_the_database(db: Db, dsn: str, run
     assert wait_until(lambda: statuses(db) == {"done": done + 1, "failed": failed}, timeout=30), statuses(db)
     scraped: list[Samples] = []
 
-    def caught_up() -> bool:
+    def caught_up() -> bool:  # the database sees an acknowledgement commit before the worker hears of it
         scraped.append(scrape(port))
-        return scraped[-1].total("pgjobq_worker_jobs_finished_total") == done + failed + 2
+        latest = scraped[-1]
+        return (
+            latest.total("pgjobq_worker_jobs_finished_total") == done + failed + 2
+            and latest.value("pgjobq_worker_acknowledgements_pending") == 0
+        )
 
     assert wait_until(caught_up, timeout=10), scraped[-1].values
     samples = scraped[-1]

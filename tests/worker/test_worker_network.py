@@ -220,5 +220,6 @@ def test_a_lease_still_valid_when_the_database_comes_back_is_not_presumed_lost(
 
     assert wait_until(lambda: statuses(db) == {"done": 1}, timeout=20), caplog.text
     assert asked == [False]
+    # the worker logs the job done once the commit it sent has returned, after the database shows it
+    assert wait_until(lambda: f"job {job_id} done" in caplog.text, timeout=10), caplog.text
     assert "presumed lost" not in caplog.text
-    assert f"job {job_id} done" in caplog.text
