@@ -10,6 +10,7 @@ import psycopg
 
 from pgjobq._cli.common import dsn_option, json_option
 from pgjobq._errors import first_line
+from pgjobq._install.check import NO_PGJOBQ, advice
 from pgjobq._install.plain import Installed, installed_version
 from pgjobq._version import PACKAGE_VERSION, SUPPORTED_EXTENSION_VERSIONS
 
@@ -17,10 +18,7 @@ __all__ = ["version"]
 
 # How each kind of install is named on the extension's line.
 _MODES = {"extension": "CREATE EXTENSION", "plain": "plain-SQL install"}
-_NONE = (
-    "none in this database (CREATE EXTENSION pgjobq; without the extension's files: "
-    "pgjobq sql install | psql)"
-)
+_NONE = f"none in this database ({NO_PGJOBQ})"
 
 
 @click.command()
@@ -97,20 +95,5 @@ def _extension_text(extension: dict[str, Any] | None) -> str:
     found = f"pgjobq {extension['version']} ({_MODES[extension['mode']]})"
     if extension["supported"]:
         return f"{found}, supported by this client"
-    return f"{found}, not supported by this client: {_advice(extension['version'], extension['mode'])}"
-
-
-def _advice(found: str, mode: str) -> str:
-    """What to do about an extension version this client does not support: upgrade it, when it is older
-    than every supported one, else use a newer client."""
-
-    def numbers(text: str) -> tuple[int, ...]:
-        return tuple(int(part) for part in text.split("."))
-
-    try:
-        older = numbers(found) < min(numbers(v) for v in SUPPORTED_EXTENSION_VERSIONS)
-    except ValueError:  # not a version of numbers
-        older = False
-    if not older:
-        return f"use a pgjobq-py that supports {found}"
-    return "ALTER EXTENSION pgjobq UPDATE" if mode == "extension" else "pgjobq sql upgrade | psql"
+    what_to_do = advice(Installed(extension["version"], extension["mode"]))
+    return f"{found}, not supported by this client: {what_to_do}"

@@ -10,7 +10,17 @@ from pgjobq._errors import IncompatibleExtension
 from pgjobq._install.plain import Installed, installed_version
 from pgjobq._version import PACKAGE_VERSION, SUPPORTED_EXTENSION_VERSIONS
 
-__all__ = ["PACKAGE_VERSION", "SUPPORTED_EXTENSION_VERSIONS", "check_extension", "extension_version"]
+__all__ = [
+    "NO_PGJOBQ",
+    "PACKAGE_VERSION",
+    "SUPPORTED_EXTENSION_VERSIONS",
+    "advice",
+    "check_extension",
+    "extension_version",
+]
+
+# How to put pgjobq into a database that has none.
+NO_PGJOBQ = "CREATE EXTENSION pgjobq; without the extension's files: pgjobq sql install | psql"
 
 
 def extension_version(conn: psycopg.Connection[Any]) -> str | None:
@@ -34,16 +44,20 @@ def check_installed(installed: Installed | None) -> str:
     if installed is None:
         raise IncompatibleExtension(
             f"pgjobq-py {PACKAGE_VERSION} needs the pgjobq extension {supported}, but this database has none "
-            "(CREATE EXTENSION pgjobq; without the extension's files: pgjobq sql install | psql)"
+            f"({NO_PGJOBQ})"
         )
-    upgrade = (
-        "ALTER EXTENSION pgjobq UPDATE" if installed.mode == "extension" else "pgjobq sql upgrade | psql"
-    )
-    advice = upgrade if _older(installed.version) else f"use a pgjobq-py that supports {installed.version}"
     raise IncompatibleExtension(
         f"pgjobq-py {PACKAGE_VERSION} supports the pgjobq extension {supported}, but this database has "
-        f"{installed.version} ({advice})"
+        f"{installed.version} ({advice(installed)})"
     )
+
+
+def advice(installed: Installed) -> str:
+    """What to do about a version of pgjobq this package does not support: upgrade it, when it is older than
+    every supported one, else use a pgjobq-py that supports it."""
+    if not _older(installed.version):
+        return f"use a pgjobq-py that supports {installed.version}"
+    return "ALTER EXTENSION pgjobq UPDATE" if installed.mode == "extension" else "pgjobq sql upgrade | psql"
 
 
 def _older(version: str) -> bool:
