@@ -183,6 +183,15 @@ def test_meta_json_versions_are_the_control_file_s_default_version() -> None:
     assert versions == {current_version()}
 
 
+def test_meta_json_describes_pgjobq_under_the_postgresql_license_and_names_its_oldest_server() -> None:
+    meta = tree_meta()
+    assert meta["name"] == "pgjobq"
+    assert meta["meta-spec"]["version"] == "1.0.0"
+    assert meta["license"] == "postgresql"
+    assert (REPO_ROOT / "LICENSE").read_text(encoding="utf-8").startswith("PostgreSQL License")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", meta["prereqs"]["runtime"]["requires"]["PostgreSQL"])
+
+
 def test_meta_json_resources_are_the_project_urls_of_pyproject() -> None:
     pyproject = tomllib.loads((REPO_ROOT / "python" / "pyproject.toml").read_text(encoding="utf-8"))
     urls = pyproject["project"]["urls"]
