@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import clickref
 import psycopg
 import pytest
 import sqlref
 from throwaway_pg import find_bindir
-
-from pgjobq._cli import main
 
 
 @pytest.fixture(scope="module")
@@ -143,12 +140,3 @@ def test_the_sqlstates_a_raise_statement_raises(
     source: str, codes: set[str], conditions: dict[str, str]
 ) -> None:
     assert sqlref.raised_codes(source, conditions) == codes
-
-
-def test_every_cli_option_has_an_environment_variable() -> None:
-    missing = [
-        f"{entry.command} {entry.flags}"
-        for entry in clickref.options(main, "pgjobq")
-        if entry.option.name not in clickref.NOT_SETTINGS and not entry.envvars
-    ]
-    assert missing == []
