@@ -17,9 +17,11 @@
 #   make chaos-failover  a primary killed under load and its standby promoted, 40,000 jobs, 8
 #                  workers: synchronous, then asynchronous replication (tests/chaos/failover.py)
 #   make bench     every contender side by side, report and plots in bench/results (<= 15 min)
-#   make bench-quick  the same, smaller (< 2 min)
+#   make bench-quick  the same, smaller (< 2 min), without the Node.js peers
+#   make bench-node  the Node.js peers of make bench (Graphile Worker, pg-boss) and Node.js 22, from npm
 #   make bench-instructions  server instructions per job on the hot paths, this version and the previous
 #   make bench-scaling  where one server saturates, what grows with the table, 1 server vs 3 (7-13 min)
+#   make bench-upgrade  how long the upgrade from the previous version holds up enqueues and claims (1M jobs)
 #   make lint      ruff and mypy
 #   make dist      the PGXN distribution: build/pgjobq-X.Y.Z.zip, a git archive of HEAD (committed files)
 #   make python/README.md  pgjobq-py's description on the package index, made from README.md
@@ -67,7 +69,7 @@ VENV_PYTHON ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 
-.PHONY: build deps venv check test demo docs dist lint fresh-check chaos chaos-limits chaos-net chaos-failover bench bench-quick bench-profile bench-instructions bench-scaling
+.PHONY: build deps venv check test demo docs dist lint fresh-check chaos chaos-limits chaos-net chaos-failover bench bench-node bench-quick bench-profile bench-instructions bench-scaling bench-upgrade
 
 build: $(SCRIPT)
 
@@ -144,10 +146,21 @@ chaos-net: deps venv
 chaos-failover: deps venv
 	$(CHAOS) chaos.failover --full --mode both
 
-bench: venv
+bench: venv bench-node
 	@tools/ensure-deps bench
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) bench/run.py --full
+
+# The Node.js peers of `make bench` (Graphile Worker, pg-boss) and the Node.js 22 they run on (the npm
+# registry's node package), into bench/node/node_modules as bench/node/package-lock.json pins them; nothing
+# there is committed, and `make test` needs none of it.  Without npm, or when the install fails, it says
+# so and goes on: the benchmark then reports the Node.js peers as skipped, with the reason.
+bench-node:
+	@if [ bench/node/node_modules/.package-lock.json -nt bench/node/package-lock.json ]; then :; \
+	elif ! command -v npm >/dev/null 2>&1; then \
+	  echo "bench-node: npm not found: the benchmark will skip Graphile Worker and pg-boss" >&2; \
+	else (cd bench/node && npm ci --no-audit --no-fund --loglevel=error) || \
+	  echo "bench-node: npm ci failed: the benchmark will skip Graphile Worker and pg-boss" >&2; fi
 
 bench-quick: venv
 	@tools/ensure-deps bench
@@ -168,6 +181,11 @@ bench-scaling: venv
 	@tools/ensure-deps bench
 	@$(MAKE) --no-print-directory install >/dev/null
 	$(PY) bench/scaling.py
+
+bench-upgrade: venv
+	@tools/ensure-deps bench
+	@$(MAKE) --no-print-directory install >/dev/null
+	$(PY) bench/upgrade_lock.py
 
 fresh-check:
 	@tools/ensure-deps fresh

@@ -297,6 +297,49 @@ def limit_cells(results: Results) -> list[tuple[int, int]]:
     return list(dict.fromkeys((run["clients"], run["batch"]) for run in results.limits.get("runs", [])))
 
 
+NODE_PGJOBQ = "pgjobq_cli"
+NODE_PEERS = ("graphile_worker", "pg_boss")
+NODE_LABELS = {
+    "pgjobq_cli": "pgjobq worker (CLI)",
+    "graphile_worker": "Graphile Worker",
+    "pg_boss": "pg-boss",
+}
+NODE_BOUND = 1.2  # pgjobq's drain / the best of the Node peers', at every cell
+
+
+def node_rates(results: Results, kind: str, peer: str, **cell: int) -> dict[int, float]:
+    """Per repeat, the rate of one peer in one cell of the node workload ("drain" or "enqueue")."""
+    return {
+        rec["repeat"]: rec["rate"]
+        for rec in results.node.get(kind, [])
+        if rec["peer"] == peer and not rec.get("error") and all(rec.get(k) == v for k, v in cell.items())
+    }
+
+
+def node_best_peer(results: Results, kind: str, **cell: int) -> dict[int, float]:
+    """Per repeat, the best rate of Graphile Worker and pg-boss in the cell (repeats where both ran)."""
+    rates = [node_rates(results, kind, peer, **cell) for peer in NODE_PEERS]
+    common = set.intersection(*(set(r) for r in rates)) if rates else set()
+    return {rep: max(r[rep] for r in rates) for rep in common}
+
+
+def node_cells(results: Results) -> list[tuple[int, int]]:
+    """The (workers, batch) cells the node workload ran, or its scale's when it was skipped."""
+    cells = sorted({(rec["workers"], rec["batch"]) for rec in results.node.get("drain", [])})
+    if cells:
+        return cells
+    scale = results.meta.get("scale", {})
+    return [(w, b) for w in scale.get("node_workers", (1, 4)) for b in scale.get("node_batches", (1, 50))]
+
+
+def node_latency(results: Results, peer: str, q: float) -> Spread | None:
+    return Spread.of(
+        quantile(rec["samples_ms"], q)
+        for rec in results.node.get("latency", [])
+        if rec["peer"] == peer and rec.get("samples_ms")
+    )
+
+
 def scheduled_quantiles(results: Results, q: float) -> Spread | None:
     return Spread.of(quantile(rec["samples_ms"], q) for rec in results.scheduled if rec["samples_ms"])
 
@@ -342,6 +385,23 @@ def checks(view: View) -> list[Check]:
                     True,
                     ratio,
                     note=f"{prefix} not measured",
+                )
+            )
+    if "node" in r.meta.get("workloads", []) or r.node:
+        skipped = r.node.get("skipped")
+        for workers, batch in node_cells(r):
+            found.append(
+                Check(
+                    f"Drain, `pgjobq worker` / the best of Graphile Worker and pg-boss, {workers} "
+                    f"process{'es' if workers > 1 else ''}, batch {batch}{mode_note}",
+                    paired(
+                        node_rates(r, "drain", NODE_PGJOBQ, workers=workers, batch=batch),
+                        node_best_peer(r, "drain", workers=workers, batch=batch),
+                    ),
+                    NODE_BOUND,
+                    True,
+                    ratio,
+                    note=f"SKIPPED: {skipped}" if skipped else "a peer failed: see the Node.js peers section",
                 )
             )
     for label, ours, theirs in ENQUEUE_PAIRS:
@@ -399,9 +459,10 @@ def checks(view: View) -> list[Check]:
     soak = soak_rates(r.soak) if r.soak else None
     found.append(
         Check(
-            f"Soak: throughput in the last {r.soak.get('compare', 60):g} s / the first{mode_note}",
+            f"Soak, snapshot held: throughput in the last {r.soak.get('compare', 60):g} s / the first"
+            f"{mode_note}",
             Spread.of([soak[1] / soak[0]]) if soak and soak[0] > 0 else None,
-            0.9,
+            0.95,
             True,
             ratio,
         )
@@ -603,43 +664,53 @@ def plot_latency(results: Results, path: Path) -> bool:
     return _save(fig, path)
 
 
+def _soak_runs(soak: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The soak's runs with their labels: the one with a snapshot held (the record itself), and the
+    second, with none, where there is one."""
+    runs = [("snapshot held", soak)]
+    if soak.get("second"):
+        runs.append(("snapshot released, vacuumed", soak["second"]))
+    return runs
+
+
 def plot_soak(results: Results, path: Path) -> bool:
     soak = results.soak
-    samples = soak.get("samples") or []
-    if len(samples) < 2:
+    runs = [(label, run) for label, run in _soak_runs(soak) if len(run.get("samples") or []) >= 2]
+    if not runs:
         return False
-    fig, (top, bottom) = _pyplot().subplots(2, 1, figsize=(8, 6), sharex=True)
-    ts = [s["t"] for s in samples]
-    mids, rates = [], []
-    for before, after in itertools.pairwise(samples):
-        width = after["t"] - before["t"]
-        if width > 0:
-            mids.append((before["t"] + after["t"]) / 2)
-            rates.append((after["processed"] - before["processed"]) / width)
-    top.step(mids, rates, where="mid")
+    fig, (top, bottom) = _pyplot().subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    mib = 1024 * 1024
+    for (label, run), color in zip(runs, ("tab:orange", "tab:blue"), strict=False):
+        samples = run["samples"]
+        ts = [s["t"] for s in samples]
+        mids, rates = [], []
+        for before, after in itertools.pairwise(samples):
+            width = after["t"] - before["t"]
+            if width > 0:
+                mids.append((before["t"] + after["t"]) / 2)
+                rates.append((after["processed"] - before["processed"]) / width)
+        top.step(mids, rates, where="mid", color=color, label=label)
+        if any("queue_bytes" in s for s in samples):
+            bottom.plot(
+                ts, [(s.get("queue_bytes") or 0) / mib for s in samples], color=color,
+                label=f"{label}: every jobq table with its indexes",
+            )  # fmt: skip
+        bottom.plot(
+            ts, [s.get("table_bytes", 0) / mib for s in samples], color=color, linestyle="--",
+            label=f"{label}: jobq.jobs heap",
+        )  # fmt: skip
+    vacuumed = (soak.get("space_vacuumed") or {}).get("queue_bytes")
+    if vacuumed:
+        bottom.axhline(vacuumed / mib, color="grey", linestyle=":", label="after the VACUUM between the runs")
     top.set_ylabel("jobs/s per window")
     top.grid(True, alpha=0.3)
-    mib = 1024 * 1024
-    bottom.plot(ts, [s.get("table_bytes", 0) / mib for s in samples], label="jobq.jobs (heap)")
-    indexes = sorted({name for s in samples for name in (s.get("index_bytes") or {})})
-    for name in indexes:
-        bottom.plot(ts, [(s.get("index_bytes") or {}).get(name, 0) / mib for s in samples], label=name)
+    top.legend(fontsize=8)
     bottom.set_ylabel("MiB")
-    bottom.set_xlabel("seconds since the start")
+    bottom.set_xlabel("seconds since the run's start")
     bottom.grid(True, alpha=0.3)
-    dead = bottom.twinx()
-    dead.plot(
-        ts, [s.get("dead_tuples") or 0 for s in samples], color="grey", linestyle=":", label="dead tuples"
-    )
-    dead.set_ylabel("dead tuples (dotted)")
-    bottom.legend(fontsize=8, loc="upper left")
-    closed = soak.get("closed_at") or min(soak.get("open_txn_seconds", 0), ts[-1])
-    for ax in (top, bottom):
-        ax.axvspan(0, closed, color="orange", alpha=0.12)
+    bottom.legend(fontsize=7, loc="lower right")
     top.set_title(
-        f"Soak: {soak['processed']:,} of {soak['jobs']:,} jobs, {soak['workers']} Workers, "
-        f"batch {soak['batch']}; "
-        f"shaded: a transaction held open",
+        f"Soak: {soak['jobs']:,} jobs per run, {soak['workers']} Workers, batch {soak['batch']}",
         fontsize=10,
     )
     fig.tight_layout()
@@ -1025,6 +1096,138 @@ def _latency_section(r: Results) -> list[str]:
     return out
 
 
+def _node_section(r: Results) -> list[str]:
+    """Graphile Worker and pg-boss beside `pgjobq worker`: settings, drain, enqueue, latency."""
+    node = r.node
+    if not node and "node" not in r.meta.get("workloads", []):
+        return []
+    out = ["## The Node.js peers: Graphile Worker and pg-boss", ""]
+    if not node or node.get("skipped"):
+        why = node.get("skipped") if node else "the workload recorded nothing"
+        return [*out, f"**SKIPPED: Graphile Worker and pg-boss were not measured in this run: {why}.**"]
+    versions = ", ".join(f"{name} {version}" for name, version in node.get("versions", {}).items())
+    jobs = next((rec["jobs"] for rec in node.get("drain", [])), 0)
+    out += [NODE_INTRO.format(node=node.get("node"), versions=versions, jobs=jobs, dash=DASH), ""]
+    settings: dict[str, dict[str, str]] = node.get("settings", {})
+    peers = [p for p in (NODE_PGJOBQ, *NODE_PEERS) if p in settings]
+    names = [NODE_LABELS.get(p, p) for p in peers]
+    keys = list(next(iter(settings.values()), {}))
+    out.append(
+        table(["setting", *names], [[key, *(settings[p].get(key, "") for p in peers)] for key in keys])
+    )
+    out += ["", "Drain of a backlog, jobs/s:", ""]
+    rows = []
+    for workers, batch in node_cells(r):
+        cols = [f"{workers} process{'es' if workers > 1 else ''}, batch {batch}"]
+        for peer in peers:
+            runs = [
+                rec
+                for rec in node.get("drain", [])
+                if (rec["peer"], rec["workers"], rec["batch"]) == (peer, workers, batch)
+                and not rec.get("error")
+            ]
+            capped = " (capped)" if any(rec["capped"] for rec in runs) else ""
+            cols.append(shown((rec["rate"] for rec in runs), rate) + capped)
+        spread = paired(
+            node_rates(r, "drain", NODE_PGJOBQ, workers=workers, batch=batch),
+            node_best_peer(r, "drain", workers=workers, batch=batch),
+        )
+        verdict = "not measured" if spread is None else "met" if spread.median >= NODE_BOUND else "missed"
+        rows.append([*cols, spread.show(ratio) if spread else "\u2014", verdict])
+    out.append(table(["cell", *names, "pgjobq / best peer", f"\u2265 {NODE_BOUND:g}{TIMES}"], rows))
+    firsts = "; ".join(
+        f"{NODE_LABELS.get(peer, peer)} "
+        + shown(
+            (
+                rec["first_job"] * 1000
+                for rec in node.get("drain", [])
+                if rec["peer"] == peer and rec.get("first_job")
+            ),
+            ms,
+        )
+        for peer in peers
+    )
+    out += ["", f"From the release to the first job counted, ms, over every drain: {firsts}."]
+    out += _node_enqueue_part(r, peers, names)
+    out += _node_latency_part(r, peers)
+    failures = [
+        rec for kind in ("drain", "enqueue", "latency") for rec in node.get(kind, []) if rec.get("error")
+    ]
+    broken: dict[str, str] = node.get("broken", {})
+    if failures or broken:
+        out += ["", "**Failed:**", ""]
+        out += [f"- {NODE_LABELS.get(name, name)}: {why}" for name, why in broken.items()]
+        if node.get("logs"):
+            out.append(f"- The processes' logs: `{node['logs']}`.")
+        out += [
+            f"- {NODE_LABELS.get(rec['peer'], rec['peer'])}, repeat {rec['repeat']}: {rec['error']}"
+            for rec in failures
+        ]
+    return out
+
+
+NODE_INTRO = (
+    "Each peer runs as its users run it, in OS processes of its own started by the benchmark, against a "
+    "database of its own on the same server (durable commits: fsync and synchronous_commit on): pgjobq as "
+    "`pgjobq worker` processes, Graphile Worker and pg-boss under Node.js {node} ({versions}; bench/node/). "
+    "A drain loads a backlog of {jobs:,} jobs with the peer's own bulk call, starts the processes, and "
+    "releases them once every one is connected (each reports ready, then waits for go); it is timed from "
+    "the first job counted to the handler call that brings the jobs counted over every process to the "
+    "backlog (or, at the time limit, to the last job counted by then: capped). Handlers do no work; each "
+    "counts its jobs. "
+    "jobs/s, median of the repeats (min{dash}max); the ratio is pgjobq's rate over the better of the two "
+    "peers' in the same repeat."
+)
+
+NODE_ENQUEUE = (
+    "Single-row enqueue from {clients} client processes ({jobs:,} jobs in all, no worker running), each "
+    "peer's own call (`pgjobq.enqueue`, Graphile Worker's `addJob`, pg-boss's `send`), one commit each, "
+    "jobs/s. pgjobq sends a notification only when a worker is registered as waiting (none is here); "
+    "Graphile Worker's `add_job` always notifies, and pg-boss does on a queue created with `notify: true`; "
+    "PostgreSQL makes notifying transactions take turns at their commit."
+)
+
+NODE_LATENCY = (
+    "Latency on an idle worker (one process, batch 1): {jobs} jobs added one at a time by a producer "
+    "process of the peer's own client (after 3 warm-up jobs), from the add's return (committed) to the "
+    "handler's start, both read from CLOCK_MONOTONIC; ms, median of the repeats (min{dash}max)."
+)
+
+
+def _node_enqueue_part(r: Results, peers: list[str], names: list[str]) -> list[str]:
+    enqueue = r.node.get("enqueue", [])
+    if not enqueue:
+        return []
+    out = ["", NODE_ENQUEUE.format(clients=enqueue[0]["clients"], jobs=enqueue[0]["jobs"]), ""]
+    names = ["pgjobq" if peer == NODE_PGJOBQ else name for peer, name in zip(peers, names, strict=True)]
+    spread = paired(node_rates(r, "enqueue", NODE_PGJOBQ), node_best_peer(r, "enqueue"))
+    cols = [shown(node_rates(r, "enqueue", peer).values(), rate) for peer in peers]
+    out.append(
+        table(
+            ["", *names, "pgjobq / best peer"],
+            [["jobs/s", *cols, spread.show(ratio) if spread else "\u2014"]],
+        )
+    )
+    return out
+
+
+def _node_latency_part(r: Results, peers: list[str]) -> list[str]:
+    latency = r.node.get("latency", [])
+    if not latency:
+        return []
+    out = ["", NODE_LATENCY.format(jobs=latency[0]["jobs"], dash=DASH), ""]
+    rows = []
+    for peer in peers:
+        cols = [NODE_LABELS.get(peer, peer)]
+        for q in (0.5, 0.99, 1.0):
+            spread = node_latency(r, peer, q)
+            cols.append(spread.show(ms) if spread else "\u2014")
+        cols.append(str(sum(rec.get("missing", 0) for rec in latency if rec["peer"] == peer)))
+        rows.append(cols)
+    out.append(table(["peer", "p50", "p99", "max", "not started"], rows))
+    return out
+
+
 def _scheduled_section(r: Results) -> list[str]:
     if not r.scheduled:
         return []
@@ -1132,76 +1335,103 @@ def _soak_section(r: Results) -> list[str]:
     soak = r.soak
     if not soak:
         return []
-    out = ["## Soak", ""]
-    capped = " (stopped at the time limit)" if soak.get("capped") else ""
-    out.append(
-        f"{soak['jobs']:,} jobs enqueued up front, {soak['workers']} pgjobq Worker processes (batch "
-        f"{soak['batch']}), while another session holds a REPEATABLE READ transaction open for the first "
-        f"{soak['open_txn_seconds']:g} s. {soak['processed']:,} jobs in {soak['seconds']:.0f} s{capped}."
-    )
-    rates = soak_rates(soak)
-    if rates:
-        out.append(
-            f"First {soak['compare']:g} s: {rates[0]:,.0f} jobs/s; "
-            f"last {soak['compare']:g} s: {rates[1]:,.0f} "
-            f"jobs/s ({rates[1] / rates[0]:.2f}{TIMES})."
-            if rates[0] > 0
-            else ""
-        )
-    sized = [sample for sample in soak.get("samples") or [] if sample.get("table_bytes") is not None]
-    if len(sized) >= 2:
-        mib = 1024 * 1024
-
-        def grew(name: str | None) -> str:
-            """How the table (name None) or one of its indexes grew over the samples."""
-            values = [
-                float(
-                    sample["table_bytes"] if name is None else (sample.get("index_bytes") or {}).get(name, 0)
-                )
-                / mib
-                for sample in sized
-            ]
-            return f"{values[0]:,.1f} \u2192 {values[-1]:,.1f} MiB (peak {max(values):,.1f})"
-
-        index_names = sorted(sized[-1].get("index_bytes") or {})
-        parts = [f"table {grew(None)}", *(f"{name} {grew(name)}" for name in index_names)]
-        out.append(f"Sizes from the first sample to the last: {'; '.join(parts)}.")
-    if soak.get("error"):
-        out.append(f"Error: `{soak['error'].strip().splitlines()[0]}`")
-    out.append("")
-    rows = []
-    samples = soak.get("samples") or []
     mib = 1024 * 1024
-    digits = 0 if soak.get("window", 10) >= 5 else 1
-    for before, after in itertools.pairwise(samples):
-        width = after["t"] - before["t"]
-        if width <= 0:
-            continue
-        indexes = after.get("index_bytes") or {}
-        rows.append(
-            [
-                f"{before['t']:.{digits}f}{DASH}{after['t']:.{digits}f}",
-                rate((after["processed"] - before["processed"]) / width),
-                f"{after.get('table_bytes', 0) / mib:.1f}",
-                " / ".join(f"{indexes[k] / mib:.1f}" for k in sorted(indexes)),
-                f"{after.get('dead_tuples') or 0:,}",
-                str(after.get("autovacuums") or 0),
-            ]
-        )
-    index_names = sorted(next((s.get("index_bytes") for s in samples if s.get("index_bytes")), {}) or {})
-    out.append(
-        table(
-            [
-                "seconds",
-                "jobs/s",
-                "table MiB",
-                f"indexes MiB ({' / '.join(index_names)})",
-                "dead tuples",
-                "autovacuums",
-            ],
-            rows,
-        )
+    out = ["## Soak", ""]
+    retain = soak.get("retain_done")
+    kept = (
+        f"The queue keeps its done jobs {retain:g} s (`retain_done`, enforced by the Workers' `jobq.tick`)."
+        if retain is not None
+        else "The extension has no retention: done jobs stay until purged."
     )
+    out.append(
+        f"Two runs of {soak['jobs']:,} jobs, each loaded up front and drained by {soak['workers']} pgjobq "
+        f"Worker processes (batch {soak['batch']}): the first while another session holds one REPEATABLE "
+        "READ transaction open for the whole run; then the snapshot is released and "
+        f"{soak.get('vacuum', 'the tables are vacuumed')}; then the second, with no snapshot held. {kept} "
+        "Space is that of every table of the jobq schema with its indexes and TOAST "
+        "(`pg_total_relation_size`)."
+    )
+    out.append("")
+    for label, run in _soak_runs(soak):
+        capped = " (stopped at the time limit)" if run.get("capped") else ""
+        line = f"- {label}: {run['processed']:,} jobs in {run['seconds']:.0f} s{capped}"
+        rates = soak_rates({**run, "compare": soak["compare"]})
+        if rates and rates[0] > 0:
+            span = min(float(soak["compare"]), float(run["seconds"]) / 2)
+            line += (
+                f"; first {span:.3g} s {rates[0]:,.0f} jobs/s, last {span:.3g} s {rates[1]:,.0f} jobs/s "
+                f"({rates[1] / rates[0]:.2f}{TIMES})"
+            )
+        if run.get("error"):
+            line += f"; error: `{run['error'].strip().splitlines()[0]}`"
+        out.append(line + ".")
+    spaces: list[tuple[str, dict[str, Any]]] = [
+        (when, soak[key])
+        for when, key in (
+            ("at the end of the first run (snapshot held)", "space_held"),
+            ("after the snapshot's release and VACUUM", "space_vacuumed"),
+            ("at the end of the second run", "space_second"),
+        )
+        if soak.get(key)
+    ]
+    if spaces:
+        names = sorted(
+            {name for _, space in spaces for name in space.get("relation_bytes") or {}},
+            key=lambda name: (not name.startswith("jobs"), name),
+        )
+        main = [name for name in names if name.startswith("jobs")]
+        rows = []
+        for when, space in spaces:
+            sizes = space.get("relation_bytes") or {}
+            others = sum(size for name, size in sizes.items() if name not in main)
+            rows.append(
+                [
+                    when,
+                    f"{space['queue_bytes'] / mib:,.1f}",
+                    *(f"{sizes.get(name, 0) / mib:,.1f}" for name in main),
+                    f"{others / mib:,.1f}",
+                ]
+            )
+        out += ["", "Space used by the queue, MiB:", ""]
+        out.append(table(["when", "all jobq tables", *main, "the other tables and indexes"], rows))
+    for label, run in _soak_runs(soak):
+        samples = run.get("samples") or []
+        digits = 0 if soak.get("window", 10) >= 5 else 1
+        rows = []
+        for before, after in itertools.pairwise(samples):
+            width = after["t"] - before["t"]
+            if width <= 0:
+                continue
+            indexes = after.get("index_bytes") or {}
+            rows.append(
+                [
+                    f"{before['t']:.{digits}f}{DASH}{after['t']:.{digits}f}",
+                    rate((after["processed"] - before["processed"]) / width),
+                    f"{(after.get('queue_bytes') or 0) / mib:.1f}",
+                    f"{after.get('table_bytes', 0) / mib:.1f}",
+                    " / ".join(f"{indexes[k] / mib:.1f}" for k in sorted(indexes)),
+                    f"{after.get('dead_tuples') or 0:,}",
+                    str(after.get("autovacuums") or 0),
+                ]
+            )
+        if not rows:
+            continue
+        index_names = sorted(next((s.get("index_bytes") for s in samples if s.get("index_bytes")), {}) or {})
+        out += ["", f"{label[0].upper()}{label[1:]}:", ""]
+        out.append(
+            table(
+                [
+                    "seconds",
+                    "jobs/s",
+                    "queue MiB",
+                    "jobq.jobs heap MiB",
+                    f"its indexes MiB ({' / '.join(index_names)})",
+                    "dead tuples",
+                    "autovacuums",
+                ],
+                rows,
+            )
+        )
     return out
 
 
@@ -1300,6 +1530,8 @@ def write_report(results: Results, out: Path) -> str:
         lines += ["![latency distribution](latency.png)", ""]
     if scheduled := _scheduled_section(results):
         lines += [*scheduled, ""]
+    if node := _node_section(results):
+        lines += [*node, ""]
     lines += [*_claim_section(results), ""]
     lines += [*_soak_section(results), ""]
     if plots["soak.png"]:

@@ -4,6 +4,7 @@
     .venv/bin/python bench/run.py --full      # make bench: at most 15 minutes
     .venv/bin/python bench/run.py --quick --workloads versions   # current SQL against the previous version
     .venv/bin/python bench/run.py --quick --workloads limits,rate_limit --out /tmp/lim   # limits
+    .venv/bin/python bench/run.py --quick --workloads node --out /tmp/node   # Graphile Worker, pg-boss
 
 It starts a throwaway PostgreSQL (and Redis when a contender needs it), gives
 every contender a fresh database on that same server, runs the workloads
@@ -46,7 +47,9 @@ WORKLOADS = (
     "claim_cost",
     "soak",
     "asyncio",
+    "node",
 )
+FULL_ONLY = ("node",)  # left out of --quick unless --workloads names them (the Node.js peers: ~3 min)
 CONTENDER_WORKLOADS = ("throughput", "work")  # the others make databases of their own
 POOL_WORKLOADS = (
     "throughput",
@@ -94,8 +97,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     mode.add_argument("--full", action="store_true", help="the full benchmark (at most 15 minutes)")
     parser.add_argument("--only", type=_csv, metavar="NAMES", help="comma-separated contenders to measure")
     parser.add_argument(
-        "--workloads", type=_csv, metavar="NAMES", default=list(WORKLOADS),
-        help=f"comma-separated workloads to run (default: all of {', '.join(WORKLOADS)})",
+        "--workloads", type=_csv, metavar="NAMES",
+        help=f"comma-separated workloads to run (default: all of {', '.join(WORKLOADS)}; with --quick, "
+        f"all but {', '.join(FULL_ONLY)})",
     )  # fmt: skip
     parser.add_argument(
         "--repeats", type=int, default=3, help="interleaved repeats of each figure (default 3)"
@@ -107,6 +111,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         f"before the extension's default_version among those installed; env {COMPARE_WITH_ENV})",
     )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.workloads is None:
+        args.workloads = [w for w in WORKLOADS if not (args.quick and w in FULL_ONLY)]
     unknown = sorted(set(args.workloads) - set(WORKLOADS))
     if unknown:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")

@@ -20,7 +20,9 @@ the machine hits all of them alike.  Results are plain dicts and lists
 - claim cost: jobq.claim's execution time and shared buffers with finished
   rows in the table, and with dead tuples not yet vacuumed.
 - soak: a large backlog through 4 pgjobq Workers while another session
-  holds a transaction (a snapshot) open; throughput and sizes over time.
+  holds a transaction (a snapshot) open for the whole run, then, the
+  snapshot released and the tables vacuumed, a second one with none;
+  throughput and the space the queue uses over time.
 - versions: pgjobq's own SQL, the current version against the previous one
   (two databases, one per version), on the hot paths, driven by pgbench.
 - limits: claim + complete (pgbench) on queues with limits (a global
@@ -31,6 +33,10 @@ the machine hits all of them alike.  Results are plain dicts and lists
 - asyncio: pgjobq.AsyncWorker (100 tasks) beside the sync Worker (100
   threads), one process each, zero work and 5 ms of sleep per job
   (contenders/pgjobq_async.py).
+- node: `pgjobq worker` processes beside Graphile Worker and pg-boss (Node.js),
+  each in OS processes of its own as its users run it: drain at 1 and 4
+  processes x batch 1 and 50, single-row enqueue, latency on an idle worker
+  (contenders/node_peers.py; skipped, with the reason, without Node.js 22).
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ from psycopg import sql
 
 import pgjobq
 
-from contenders import article
+from contenders import article, node_peers
 from contenders._pgbench import CLAIM_COMPLETE, CLAIM_WAIT, EMPTY_WAIT_MS, ENQUEUE_ONE, ONE_TRIP, run_pgbench
 from contenders._util import describe, explain_nested, insert_queued, payloads
 from contenders.base import Contender, Target, WorkerHooks
@@ -124,7 +130,7 @@ class Scale:
     soak_jobs: int
     soak_workers: int
     soak_batch: int
-    soak_open_txn: float
+    soak_retain_done: float  # seconds the soak's queue keeps its done jobs (retain_done)
     soak_window: float
     soak_limit: float
     soak_compare: float  # "first minute" and "last minute" of the soak, in seconds
@@ -159,6 +165,15 @@ class Scale:
     asyncio_jobs: int = 20_000  # per run, zero work
     asyncio_work_jobs: int = 20_000  # per run, 5 ms of work each
     asyncio_limit: float = 10.0  # seconds; a run short of its goal then is reported as capped
+    # node: `pgjobq worker` processes beside Graphile Worker and pg-boss (contenders/node_peers.py)
+    node_jobs: int = 20_000  # the backlog of a drain run
+    node_workers: tuple[int, ...] = (1, 4)
+    node_batches: tuple[int, ...] = (1, 50)
+    node_limit: float = 5.0  # seconds; a drain still short of its backlog then is reported as capped
+    node_enqueue_clients: int = 4
+    node_enqueue_jobs: int = 2_000  # in all, over the clients
+    node_latency_jobs: int = 100
+    node_latency_gap: tuple[float, float] = (0.005, 0.025)  # seconds between the producer's jobs
 
     @property
     def pool_size(self) -> int:
@@ -194,7 +209,7 @@ FULL = Scale(
     soak_jobs=1_000_000,
     soak_workers=4,
     soak_batch=10,
-    soak_open_txn=300.0,
+    soak_retain_done=60.0,
     soak_window=10.0,
     soak_limit=300.0,
     soak_compare=60.0,
@@ -245,7 +260,7 @@ QUICK = Scale(
     soak_jobs=50_000,
     soak_workers=4,
     soak_batch=10,
-    soak_open_txn=10.0,
+    soak_retain_done=5.0,
     soak_window=1.0,
     soak_limit=10.0,
     soak_compare=2.5,
@@ -272,6 +287,11 @@ QUICK = Scale(
     asyncio_jobs=5_000,
     asyncio_work_jobs=5_000,
     asyncio_limit=5.0,
+    node_jobs=3_000,
+    node_limit=2.0,
+    node_enqueue_jobs=800,
+    node_latency_jobs=20,
+    node_latency_gap=(0.02, 0.05),
 )
 
 
@@ -600,6 +620,7 @@ class Results:
     limits: dict[str, Any] = field(default_factory=dict)
     rate_limit: list[dict[str, Any]] = field(default_factory=list)
     asyncio: list[dict[str, Any]] = field(default_factory=list)
+    node: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
     def save(self, path: Path) -> None:
@@ -625,6 +646,24 @@ def _measured(record: dict[str, Any], measured: Measured) -> dict[str, Any]:
 
 def _error(measured: Measured) -> str:
     return f"  FAILED: {measured.summary}" if measured.error else ""
+
+
+def _failed(run: node_peers.Run) -> str:
+    return f"  FAILED: {run.error}" if run.error else ""
+
+
+def _node_record(cell: dict[str, Any], repeat: int, run: node_peers.Run) -> dict[str, Any]:
+    """A run of the node workload as a results.json record: its cell, repeat and measurement."""
+    cell.update(
+        repeat=repeat,
+        processed=run.processed,
+        seconds=run.seconds,
+        rate=run.rate,
+        capped=run.capped,
+        error=run.error,
+        first_job=run.first_job,
+    )
+    return cell
 
 
 def _queued(conn: psycopg.Connection[Any], first: int, last: int) -> None:
@@ -1390,6 +1429,113 @@ class Bench:
                 f"{_error(measured)}"
             )
 
+    # -- node ---------------------------------------------------------------------------
+
+    def node(self) -> None:
+        """`pgjobq worker` processes beside Graphile Worker and pg-boss, each peer in OS processes of its
+        own as its users run it (contenders/node_peers.py): drain at 1 and 4 processes x batch 1 and 50,
+        single-row enqueue from several clients, and latency on an idle worker; interleaved per repeat.
+
+        Without Node.js 22 and the peers in bench/node (`make bench-node`), the workload is skipped and
+        the reason recorded: the report says so where the figures would be."""
+        record: dict[str, Any] = {"drain": [], "enqueue": [], "latency": [], "settings": node_peers.SETTINGS}
+        self.results.node = record
+        version, why = node_peers.node_status()
+        if version is None:
+            record["skipped"] = why
+            self.results.skipped["node"] = f"Graphile Worker and pg-boss were not measured: {why}"
+            self.log(f"  SKIPPED: Graphile Worker and pg-boss not measured: {why}")
+            return
+        record.update(node=version, versions=node_peers.package_versions())
+        logs = node_peers.log_folder()
+        peers: dict[str, tuple[node_peers.Peer, Target]] = {}
+        for name in node_peers.PEERS:
+            peer = node_peers.Peer(name, logs)
+            try:
+                target = self.servers.create_database(f"bench_node_{name}")
+                peer.setup(target)
+            except Exception as exc:
+                record.setdefault("broken", {})[name] = f"setup failed: {describe(exc)}"
+                self.log(f"  {peer.label}: setup FAILED ({describe(exc)}); skipping it")
+                continue
+            peers[name] = (peer, target)
+        for repeat in range(self.repeats):
+            order = rotated([name for name in node_peers.PEERS if name in peers], repeat)
+            for workers in self.scale.node_workers:
+                for batch in self.scale.node_batches:
+                    for name in order:
+                        self._node_drain(record, repeat, *peers[name], workers, batch)
+            for name in order:
+                self._node_enqueue(record, repeat, *peers[name])
+            for name in order:
+                self._node_latency(record, repeat, *peers[name])
+        if any(rec["error"] for kind in ("drain", "enqueue", "latency") for rec in record[kind]):
+            record["logs"] = str(logs)  # kept: the processes' output says more than the error's line
+            self.log(f"  some runs failed: the processes' logs are kept in {logs}")
+        else:
+            node_peers.remove_logs(logs)
+
+    def _node_drain(
+        self,
+        record: dict[str, Any],
+        repeat: int,
+        peer: node_peers.Peer,
+        target: Target,
+        workers: int,
+        batch: int,
+    ) -> None:
+        """One drain: the backlog loaded by the peer's bulk call, then workers processes until it is gone."""
+        jobs = self.scale.node_jobs
+        try:
+            peer.load(target, jobs)
+            self._settle(target)
+            run = node_peers.drain(peer, target, workers, batch, jobs, self.scale.node_limit)
+        except Exception as exc:
+            run = node_peers.Run(error=describe(exc))
+        cell = {"peer": peer.name, "workers": workers, "batch": batch, "jobs": jobs}
+        record["drain"].append(_node_record(cell, repeat, run))
+        capped = "  (capped)" if run.capped else ""
+        shown = f"{run.rate:>9.0f} jobs/s{capped}{_failed(run)}"
+        self.log(f"  r{repeat} {peer.name:<16} w={workers} b={batch:<3} {shown}")
+
+    def _node_enqueue(
+        self, record: dict[str, Any], repeat: int, peer: node_peers.Peer, target: Target
+    ) -> None:
+        """Single-row enqueues from node_enqueue_clients processes, no worker running."""
+        clients = self.scale.node_enqueue_clients
+        per_client = self.scale.node_enqueue_jobs // clients
+        try:
+            peer.load(target, 0)
+            self._settle(target)
+            run = node_peers.enqueue_clients(peer, target, clients, per_client, 120.0)
+        except Exception as exc:
+            run = node_peers.Run(error=describe(exc))
+        cell = {"peer": peer.name, "clients": clients, "jobs": clients * per_client}
+        record["enqueue"].append(_node_record(cell, repeat, run))
+        self.log(f"  r{repeat} {peer.name:<16} enqueue x{clients} {run.rate:>9.0f} jobs/s{_failed(run)}")
+
+    def _node_latency(
+        self, record: dict[str, Any], repeat: int, peer: node_peers.Peer, target: Target
+    ) -> None:
+        """One idle worker, one producer adding jobs one at a time: commit to handler start."""
+        jobs = self.scale.node_latency_jobs
+        try:
+            peer.load(target, 0)
+            self._settle(target)
+            run = node_peers.latency(peer, target, jobs, self.scale.node_latency_gap, repeat, 60.0)
+        except Exception as exc:
+            run = node_peers.Run(error=describe(exc))
+        entry = _node_record({"peer": peer.name, "jobs": jobs}, repeat, run)
+        entry.update(samples_ms=run.samples_ms, missing=run.missing)
+        record["latency"].append(entry)
+        shown = (
+            f"p50 {quantile(run.samples_ms, 0.5):7.2f} ms  p99 {quantile(run.samples_ms, 0.99):7.2f} ms"
+            if run.samples_ms
+            else "no sample"
+        )
+        missing = f"  ({run.missing} missing)" if run.missing else ""
+        self.log(f"  r{repeat} {peer.name:<16} latency {shown}{missing}{_failed(run)}")
+
     # -- asyncio ------------------------------------------------------------------------
 
     def asyncio(self) -> None:
@@ -1430,14 +1576,53 @@ class Bench:
     # -- soak ---------------------------------------------------------------------------
 
     def soak(self) -> None:
-        """A backlog through pgjobq Workers while another session holds a snapshot open."""
+        """Two runs of a backlog through pgjobq Workers, and the space the queue uses after each.
+
+        The first run goes while another session holds one REPEATABLE READ transaction (a snapshot)
+        open for the whole run, so that vacuum can remove no row version the run leaves behind; the
+        snapshot is then released and every table of the jobq schema vacuumed (VACUUM, as autovacuum
+        would: jobq.jobs has no cost delay); the second run goes with no snapshot held.  The queue
+        keeps its done jobs scale.soak_retain_done seconds (jobq.configure_queue's retain_done,
+        enforced by the workers' jobq.tick), where the extension has retention."""
         scale = self.scale
         target = self.servers.create_database("bench_soak")
         pgjobq_setup(target)
+        retain_done = _soak_retention(target, scale.soak_retain_done)
+        first, space = self._soak_run(target, 0, hold=True)
+        with timer() as elapsed, psycopg.connect(target.dsn, autocommit=True) as conn:
+            tables = [sql.Identifier("jobq", name) for (name,) in conn.execute(JOBQ_TABLES).fetchall()]
+            conn.execute(sql.SQL("VACUUM {}").format(sql.SQL(", ").join(tables)))
+            vacuumed = _space(conn)
+        self.log(
+            f"  snapshot released, VACUUM in {elapsed():.1f} s: queue "
+            f"{space['queue_bytes'] / 2**20:,.1f} MiB -> {vacuumed['queue_bytes'] / 2**20:,.1f} MiB"
+        )
+        second, after = self._soak_run(target, scale.soak_jobs, hold=False)
+        self.results.soak = {
+            **first,
+            "workers": scale.soak_workers,
+            "batch": scale.soak_batch,
+            "window": scale.soak_window,
+            "compare": scale.soak_compare,
+            "limit": scale.soak_limit,
+            "retain_done": retain_done,
+            "vacuum": "every jobq table is vacuumed (an explicit VACUUM, as autovacuum would run it on "
+            "jobq.jobs, which has no cost delay)",
+            "space_held": space,
+            "space_vacuumed": vacuumed,
+            "space_second": after,
+            "second": second,
+        }
+
+    def _soak_run(self, target: Target, offset: int, *, hold: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+        """One soak run: scale.soak_jobs jobs (ids after offset) loaded, then drained by the Workers,
+        sampled every scale.soak_window seconds; with hold, while a snapshot is held for the whole
+        run.  Its record and the queue's space at its end (the snapshot still held)."""
+        scale = self.scale
         with timer() as elapsed, psycopg.connect(target.dsn, autocommit=True) as conn:
             chunk = 100_000
-            for start in range(0, scale.soak_jobs, chunk):
-                _queued(conn, start + 1, min(scale.soak_jobs, start + chunk))
+            for start in range(offset, offset + scale.soak_jobs, chunk):
+                _queued(conn, start + 1, min(offset + scale.soak_jobs, start + chunk))
             conn.execute("VACUUM (ANALYZE) jobq.jobs")
             conn.execute("CHECKPOINT")
         self.log(f"  loaded {scale.soak_jobs:,} jobs in {elapsed():.1f} s")
@@ -1445,20 +1630,18 @@ class Bench:
         holder = psycopg.connect(target.dsn, autocommit=True)
         monitor = psycopg.connect(target.dsn, autocommit=True)
         try:
-            holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-            holder.execute("SELECT count(*) FROM jobq.jobs WHERE id < 0")  # takes the snapshot
-            open_until = scale.soak_open_txn
+            if hold:
+                holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                holder.execute("SELECT count(*) FROM jobq.jobs WHERE id < 0")  # takes the snapshot
             next_sample = 0.0
-            closed_at: list[float] = []
 
             def sample(elapsed: float) -> None:
-                samples.append({"t": elapsed, "processed": self.pool.processed, **_sizes(monitor)})
+                samples.append(
+                    {"t": elapsed, "processed": self.pool.processed, **_sizes(monitor), **_space(monitor)}
+                )
 
             def tick(elapsed: float) -> None:
                 nonlocal next_sample
-                if not closed_at and elapsed >= open_until:
-                    holder.execute("COMMIT")
-                    closed_at.append(elapsed)
                 if elapsed >= next_sample:
                     sample(elapsed)
                     next_sample += scale.soak_window
@@ -1472,30 +1655,68 @@ class Bench:
                 errors = self.pool.finish()
             sample(measured.seconds)
             samples[-1]["processed"] = measured.processed
-            if not closed_at:
+            space = _space(monitor)
+            if hold:
                 holder.execute("COMMIT")
         finally:
             holder.close()
             monitor.close()
-        self.results.soak = {
+        self.log(
+            f"  {'snapshot held' if hold else 'no snapshot'}: {measured.processed:,} jobs in "
+            f"{measured.seconds:.1f} s{' (capped)' if measured.capped else ''}; {len(samples)} samples; "
+            f"queue {space['queue_bytes'] / 2**20:,.1f} MiB"
+        )
+        record = {
             "jobs": scale.soak_jobs,
-            "workers": scale.soak_workers,
-            "batch": scale.soak_batch,
-            "open_txn_seconds": scale.soak_open_txn,
-            "closed_at": closed_at[0] if closed_at else None,
-            "window": scale.soak_window,
-            "compare": scale.soak_compare,
-            "limit": scale.soak_limit,
+            "held": hold,
             "processed": measured.processed,
             "seconds": measured.seconds,
             "capped": measured.capped,
             "error": measured.error or (errors[0] if errors else None),
             "samples": samples,
         }
-        self.log(
-            f"  {measured.processed:,} jobs in {measured.seconds:.1f} s"
-            f"{' (capped)' if measured.capped else ''}; {len(samples)} samples"
-        )
+        return record, space
+
+
+# The tables of the jobq schema (those of the extension's current version, whatever it has).
+JOBQ_TABLES = """
+SELECT c.relname FROM pg_class AS c
+ WHERE c.relnamespace = 'jobq'::regnamespace AND c.relkind = ANY (ARRAY['r', 'p'])
+ ORDER BY c.relname
+"""
+
+# The space the queue uses: every table of the jobq schema with its indexes and TOAST
+# (pg_total_relation_size), in all and per relation (the tables, and each index apart), in bytes.
+SPACE = """
+SELECT sum(pg_total_relation_size(c.oid)) FILTER (WHERE c.relkind = ANY (ARRAY['r', 'p']))::bigint
+           AS queue_bytes,
+       json_object_agg(c.relname,
+                       CASE WHEN c.relkind = 'i' THEN pg_relation_size(c.oid)
+                            ELSE pg_table_size(c.oid) END) AS relation_bytes
+  FROM pg_class AS c
+ WHERE c.relnamespace = 'jobq'::regnamespace AND c.relkind = ANY (ARRAY['r', 'p', 'i'])
+"""
+
+
+def _space(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """The queue's space now (SPACE): queue_bytes and relation_bytes."""
+    with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+        row = cur.execute(SPACE).fetchone()
+    return dict(row) if row else {"queue_bytes": 0, "relation_bytes": {}}
+
+
+def _soak_retention(target: Target, seconds: float) -> float | None:
+    """Have QUEUE keep its done jobs this many seconds (jobq.configure_queue's retain_done) where the
+    extension has retention; the seconds set, or None (an extension without retain_done)."""
+    with psycopg.connect(target.dsn, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM pg_proc AS p WHERE p.oid = 'jobq.configure_queue'::regproc"
+            " AND 'retain_done' = ANY (p.proargnames)"
+        ).fetchone()
+    if found is None:
+        return None
+    _configure(target, {"retain_done": timedelta(seconds=seconds)})
+    return seconds
 
 
 SIZES = """

@@ -413,6 +413,10 @@ async def configure_queue(
     key_order: KeyOrder | None = None,
     rate_limit: int | None = None,
     rate_interval: timedelta | None = None,
+    retain_done: timedelta | None = None,
+    retain_failed: timedelta | None = None,
+    retain_cancelled: timedelta | None = None,
+    keep_forever: Iterable[str] | None = None,
 ) -> QueueSettings:
     """As :func:`pgjobq.configure_queue`, on an AsyncConnection."""
     call = proto.configure_queue(
@@ -429,8 +433,13 @@ async def configure_queue(
         key_order=key_order,
         rate_limit=rate_limit,
         rate_interval=rate_interval,
+        retain_done=retain_done,
+        retain_failed=retain_failed,
+        retain_cancelled=retain_cancelled,
+        keep_forever=keep_forever,
     )
-    return await _run(conn, call)
+    with proto.retention_needed(call):
+        return await _run(conn, call)
 
 
 async def queues(conn: AsyncConn) -> list[QueueSettings]:

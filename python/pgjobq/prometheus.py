@@ -10,7 +10,7 @@ Two sources, exported apart because they are counted apart:
   workers of a process.
 - :class:`QueueStateCollector`, a custom collector that reads
   ``jobq.metrics()`` at scrape time (``pgjobq_jobs{queue,status}``, ages,
-  table bloat, oldest transaction): the database's view, the same from
+  retention, table size and bloat, oldest transaction): the database's view, the same from
   every process, so run one per database (``pgjobq metrics --port``, or
   one worker's ``--metrics-port`` endpoint), never one per worker summed.
 
@@ -286,6 +286,18 @@ _PER_QUEUE: dict[str, tuple[str, str, str | None]] = {
         None,
     ),
     "paused": ("pgjobq_queue_paused", "1 while the queue is paused (jobq.pause), else 0.", None),
+    # extension 0.10.0: retention
+    "jobs_past_retention": (
+        "pgjobq_queue_jobs_past_retention",
+        "Finished jobs of the queue whose retention ended and that jobq.tick has not deleted yet "
+        "(counted up to 100,000 per final state).",
+        None,
+    ),
+    "oldest_finished_age_seconds": (
+        "pgjobq_queue_oldest_finished_age_seconds",
+        "How long ago the queue's oldest finished (done, failed or cancelled) job finished (0: none).",
+        None,
+    ),
 }
 _JOBS_HELP = (
     "Unfinished jobs by queue and status: runnable (queued, due), scheduled (queued, due later), "
@@ -295,6 +307,7 @@ _TABLE: dict[str, tuple[str, str]] = {
     "live_tuples": ("pgjobq_table_live_tuples", "Live rows of jobq.jobs (pg_stat_user_tables' estimate)."),
     "dead_tuples": ("pgjobq_table_dead_tuples", "Dead rows of jobq.jobs awaiting vacuum (estimate)."),
     "table_bytes": ("pgjobq_table_size_bytes", "Size of jobq.jobs with its indexes and TOAST."),
+    "index_bytes": ("pgjobq_table_index_size_bytes", "Size of jobq.jobs' indexes alone (extension 0.10.0)."),
     "last_vacuum_timestamp_seconds": (
         "pgjobq_table_last_vacuum_timestamp_seconds",
         "Unix time of the last vacuum of jobq.jobs, manual or automatic (absent: never).",
@@ -343,6 +356,11 @@ class QueueStateCollector(Collector):
       waiting, failed (queue depth: runnable + scheduled);
     - ``pgjobq_queue_oldest_runnable_age_seconds{queue}``,
       ``pgjobq_queue_paused{queue}``;
+    - retention (extension 0.10.0; no samples from 0.9.0):
+      ``pgjobq_queue_jobs_past_retention{queue}`` (finished jobs whose
+      retention ended, not yet deleted by the tick: counted up to 100,000 per
+      final state), ``pgjobq_queue_oldest_finished_age_seconds{queue}``
+      (0: none), ``pgjobq_table_index_size_bytes``;
     - ``pgjobq_table_live_tuples``, ``pgjobq_table_dead_tuples``,
       ``pgjobq_table_size_bytes``, ``pgjobq_table_last_vacuum_timestamp_seconds``,
       ``pgjobq_oldest_transaction_age_seconds``, ``pgjobq_oldest_xmin_age``;

@@ -65,21 +65,10 @@ SELECT jobq.enqueue_flow(%(queue)s, %(steps)s::jsonb)
 -- then headers (NULL for most jobs: the client reads {} then, rather than parse
 -- an empty object for each) and the task (extension 0.9.0; NULL for a plain
 -- job).  The columns are Job's fields in order (pgjobq._client.proto.job_of).
--- claim_0_8, claim_any_0_8 and complete_and_claim_0_8 are these statements for
--- extension 0.8.0, which has no task: the worker picks them by the version it
--- finds when it connects (pgjobq._worker.steps.FEATURES); the client's own calls
--- (pgjobq.claim, claim_any, complete_and_claim) use them on every version.
 SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
        extract(epoch FROM lease_expires_at - locked_at)::float8,
        extract(epoch FROM locked_at - run_at)::float8,
        headers, task
-  FROM jobq.claim(%(queue)s, %(n)s, %(worker)s, %(lease_timeout)s::interval)
-
--- name: claim_0_8
-SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
-       extract(epoch FROM lease_expires_at - locked_at)::float8,
-       extract(epoch FROM locked_at - run_at)::float8,
-       headers
   FROM jobq.claim(%(queue)s, %(n)s, %(worker)s, %(lease_timeout)s::interval)
 
 -- name: claim_any
@@ -88,13 +77,6 @@ SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
        extract(epoch FROM lease_expires_at - locked_at)::float8,
        extract(epoch FROM locked_at - run_at)::float8,
        headers, task
-  FROM jobq.claim_any(%(queues)s::text[], %(n)s, %(worker)s, %(lease_timeout)s::interval)
-
--- name: claim_any_0_8
-SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
-       extract(epoch FROM lease_expires_at - locked_at)::float8,
-       extract(epoch FROM locked_at - run_at)::float8,
-       headers
   FROM jobq.claim_any(%(queues)s::text[], %(n)s, %(worker)s, %(lease_timeout)s::interval)
 
 -- name: complete_and_claim
@@ -108,15 +90,6 @@ SELECT status, id, queue, CASE WHEN status = 'running' THEN payload END AS paylo
        CASE WHEN status = 'running' THEN extract(epoch FROM locked_at - run_at)::float8 END,
        CASE WHEN status = 'running' THEN headers END AS headers,
        CASE WHEN status = 'running' THEN task END AS task
-  FROM jobq.complete_and_claim(%(ids)s::bigint[], %(leases)s::bigint[], %(queue)s, %(n)s, %(worker)s,
-                               %(lease_timeout)s::interval, results => %(results)s::jsonb[])
-
--- name: complete_and_claim_0_8
-SELECT status, id, queue, CASE WHEN status = 'running' THEN payload END AS payload,
-       priority, attempts, coalesce(max_attempts, 3), lease,
-       CASE WHEN status = 'running' THEN extract(epoch FROM lease_expires_at - locked_at)::float8 END,
-       CASE WHEN status = 'running' THEN extract(epoch FROM locked_at - run_at)::float8 END,
-       CASE WHEN status = 'running' THEN headers END AS headers
   FROM jobq.complete_and_claim(%(ids)s::bigint[], %(leases)s::bigint[], %(queue)s, %(n)s, %(worker)s,
                                %(lease_timeout)s::interval, results => %(results)s::jsonb[])
 
@@ -168,16 +141,31 @@ SELECT jobq.channel(%(queue)s)
 -- name: release
 SELECT jobq.release(%(id)s, %(lease)s)
 
+-- name: register_waiter
+-- extension 0.10.0 on (wait is the same for 0.9.0, whose function has the old
+-- name jobq.wait): also how far ahead next_run_at is by the database's clock
+-- (the function's statement_timestamp() is this statement's), so that the
+-- worker never compares the database's time with its own
+SELECT w.registered, w.next_run_at, w.next_run_at - statement_timestamp() AS next_run_in
+  FROM jobq.register_waiter(%(queue)s, %(worker)s, %(up_to)s::interval) AS w
+
+-- name: register_waiter_any
+-- register_waiter over several queues in one statement: registered only if on
+-- every one (else register again shortly, as for one), the earliest
+-- next_run_at of them (wait_any is the same for 0.9.0)
+SELECT coalesce(bool_and(w.registered), false), min(w.next_run_at),
+       min(w.next_run_at) - statement_timestamp() AS next_run_in
+  FROM unnest(%(queues)s::text[]) AS q(queue)
+ CROSS JOIN LATERAL jobq.register_waiter(q.queue, %(worker)s, %(up_to)s::interval) AS w
+
 -- name: wait
--- also how far ahead next_run_at is by the database's clock (the function's
--- statement_timestamp() is this statement's), so that the worker never
--- compares the database's time with its own
+-- register_waiter under the name extension 0.9.0 gives it: jobq.wait(queue,
+-- worker, up_to), deprecated in 0.10.0, gone in 0.11.0
 SELECT w.registered, w.next_run_at, w.next_run_at - statement_timestamp() AS next_run_in
   FROM jobq.wait(%(queue)s, %(worker)s, %(up_to)s::interval) AS w
 
 -- name: wait_any
--- wait over several queues in one statement: registered only if on every one
--- (else register again shortly, as for one), the earliest next_run_at of them
+-- register_waiter_any under 0.9.0's name
 SELECT coalesce(bool_and(w.registered), false), min(w.next_run_at),
        min(w.next_run_at) - statement_timestamp() AS next_run_in
   FROM unnest(%(queues)s::text[]) AS q(queue)
@@ -217,8 +205,14 @@ SELECT jobq.pause(%(queue)s)
 SELECT jobq.resume(%(queue)s)
 
 -- name: configure_queue
-SELECT queue, paused, max_attempts, backoff_base, backoff_max, backoff_jitter, lease_timeout, timeout,
-       configured, concurrency, key_concurrency, key_order, rate_limit, rate_interval
+-- the retention (0.10.0) read from the row as JSON, by name, so that the statement also runs on 0.9.0,
+-- whose jobq.queues has no retain_* (NULL there: it keeps finished jobs until purged); a change of
+-- retention is configure_queue_retention
+SELECT c.queue, c.paused, c.max_attempts, c.backoff_base, c.backoff_max, c.backoff_jitter, c.lease_timeout,
+       c.timeout, c.configured, c.concurrency, c.key_concurrency, c.key_order, c.rate_limit, c.rate_interval,
+       (to_jsonb(c) ->> 'retain_done')::interval AS retain_done,
+       (to_jsonb(c) ->> 'retain_failed')::interval AS retain_failed,
+       (to_jsonb(c) ->> 'retain_cancelled')::interval AS retain_cancelled
   FROM jobq.configure_queue(%(queue)s, max_attempts => %(max_attempts)s::integer,
                             backoff_base => %(backoff_base)s::interval,
                             backoff_max => %(backoff_max)s::interval,
@@ -229,20 +223,48 @@ SELECT queue, paused, max_attempts, backoff_base, backoff_max, backoff_jitter, l
                             key_concurrency => %(key_concurrency)s::integer,
                             key_order => %(key_order)s::text,
                             rate_limit => %(rate_limit)s::integer,
-                            rate_interval => %(rate_interval)s::interval)
+                            rate_interval => %(rate_interval)s::interval) AS c
+
+-- name: configure_queue_retention
+-- configure_queue with the retention settings (extension 0.10.0 on: on 0.9.0, no jobq.configure_queue
+-- takes retain_done, and the client says retention needs 0.10.0)
+SELECT c.queue, c.paused, c.max_attempts, c.backoff_base, c.backoff_max, c.backoff_jitter, c.lease_timeout,
+       c.timeout, c.configured, c.concurrency, c.key_concurrency, c.key_order, c.rate_limit, c.rate_interval,
+       c.retain_done, c.retain_failed, c.retain_cancelled
+  FROM jobq.configure_queue(%(queue)s, max_attempts => %(max_attempts)s::integer,
+                            backoff_base => %(backoff_base)s::interval,
+                            backoff_max => %(backoff_max)s::interval,
+                            backoff_jitter => %(backoff_jitter)s::double precision,
+                            lease_timeout => %(lease_timeout)s::interval, timeout => %(timeout)s::interval,
+                            unset => %(unset)s::text[],
+                            concurrency => %(concurrency)s::integer,
+                            key_concurrency => %(key_concurrency)s::integer,
+                            key_order => %(key_order)s::text,
+                            rate_limit => %(rate_limit)s::integer,
+                            rate_interval => %(rate_interval)s::interval,
+                            retain_done => %(retain_done)s::interval,
+                            retain_failed => %(retain_failed)s::interval,
+                            retain_cancelled => %(retain_cancelled)s::interval,
+                            keep_forever => %(keep_forever)s::text[]) AS c
 
 -- name: queues
-SELECT queue, paused, max_attempts, backoff_base, backoff_max, backoff_jitter, lease_timeout, timeout,
-       configured, concurrency, key_concurrency, key_order, rate_limit, rate_interval
-  FROM jobq.queues
- ORDER BY queue
-
--- name: queue_overview
--- every queue of jobq.queues with its settings and limits, and how many of
--- its jobs are queued, running and waiting (jobq.stats has no row for a
--- queue without jobs: 0 then)
+-- the retention as in configure_queue (NULL on 0.9.0)
 SELECT q.queue, q.paused, q.max_attempts, q.backoff_base, q.backoff_max, q.backoff_jitter, q.lease_timeout,
        q.timeout, q.configured, q.concurrency, q.key_concurrency, q.key_order, q.rate_limit, q.rate_interval,
+       (to_jsonb(q) ->> 'retain_done')::interval AS retain_done,
+       (to_jsonb(q) ->> 'retain_failed')::interval AS retain_failed,
+       (to_jsonb(q) ->> 'retain_cancelled')::interval AS retain_cancelled
+  FROM jobq.queues AS q
+ ORDER BY q.queue
+
+-- name: queue_overview
+-- every queue of jobq.queues with its settings, limits and retention (as in queues), and how many of
+-- its jobs are queued, running and waiting (jobq.stats has no row for a queue without jobs: 0 then)
+SELECT q.queue, q.paused, q.max_attempts, q.backoff_base, q.backoff_max, q.backoff_jitter, q.lease_timeout,
+       q.timeout, q.configured, q.concurrency, q.key_concurrency, q.key_order, q.rate_limit, q.rate_interval,
+       (to_jsonb(q) ->> 'retain_done')::interval AS retain_done,
+       (to_jsonb(q) ->> 'retain_failed')::interval AS retain_failed,
+       (to_jsonb(q) ->> 'retain_cancelled')::interval AS retain_cancelled,
        coalesce(s.queued, 0) AS queued, coalesce(s.running, 0) AS running,
        coalesce(s.waiting, 0) AS waiting
   FROM jobq.queues AS q
@@ -320,8 +342,7 @@ SELECT i.version FROM jobq.plain_install AS i
 
 -- name: list_jobs
 -- newest first, at most limit of them, below the id before when given (the next page);
--- statuses NULL: every status; task NULL: every job.  Extension 0.9.0 on (jobq.jobs.task);
--- list_jobs_0_8 is the same without the task, for 0.8.0
+-- statuses NULL: every status; task NULL: every job
 SELECT j.id, j.queue, j.task, j.status, j.priority, j.attempts,
        coalesce(j.max_attempts, s.max_attempts, 3) AS max_attempts,
        j.run_at, j.created_at, j.finished_at, j.locked_by, j.last_error
@@ -334,30 +355,11 @@ SELECT j.id, j.queue, j.task, j.status, j.priority, j.attempts,
  ORDER BY j.id DESC
  LIMIT %(limit)s
 
--- name: list_jobs_0_8
-SELECT j.id, j.queue, j.status, j.priority, j.attempts,
-       coalesce(j.max_attempts, s.max_attempts, 3) AS max_attempts,
-       j.run_at, j.created_at, j.finished_at, j.locked_by, j.last_error
-  FROM jobq.jobs AS j
-  LEFT JOIN jobq.queue_settings AS s ON s.queue = j.queue
- WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-   AND (%(statuses)s::text[] IS NULL OR j.status = ANY (%(statuses)s::text[]))
-   AND (%(before)s::bigint IS NULL OR j.id < %(before)s::bigint)
- ORDER BY j.id DESC
- LIMIT %(limit)s
-
 -- name: show_job
 -- jobq.job's state, and what only the row has: priority, payload, headers, the lease's holder; and
--- the task (extension 0.9.0 on; show_job_0_8 is the same without it, for 0.8.0)
+-- the task
 SELECT s.id, s.queue, j.task, s.status, j.priority, s.attempts, s.max_attempts, j.payload, j.headers,
        s.result, s.last_error, s.depends_on, s.cancel_requested, s.run_at, s.created_at, s.finished_at,
-       j.locked_by, j.locked_at, j.lease_expires_at
-  FROM jobq.job(%(id)s) AS s
-  JOIN jobq.jobs AS j ON j.id = s.id
-
--- name: show_job_0_8
-SELECT s.id, s.queue, s.status, j.priority, s.attempts, s.max_attempts, j.payload, j.headers, s.result,
-       s.last_error, s.depends_on, s.cancel_requested, s.run_at, s.created_at, s.finished_at,
        j.locked_by, j.locked_at, j.lease_expires_at
   FROM jobq.job(%(id)s) AS s
   JOIN jobq.jobs AS j ON j.id = s.id

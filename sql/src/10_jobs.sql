@@ -91,18 +91,21 @@ CREATE INDEX jobs_claim_idx ON jobq.jobs (queue, priority DESC, run_at, id)
 COMMENT ON INDEX jobq.jobs_claim_idx IS 'Serves jobq.claim: queued jobs by queue, priority desc, run_at, id.';
 
 -- Serves jobq.reap: the running jobs, whose leases it judges one by one;
--- and the failed ones, the dead-letter queue (0.8.0: jobq.metrics,
+-- the failed ones, the dead-letter queue (0.8.0: jobq.metrics,
 -- jobq.health and jobq.retry_failed count and find them without walking the
--- done ones).  Keyed by status and queue, which a heartbeat never changes
--- (not by lease_expires_at, which every heartbeat moves): so a heartbeat
--- changes no indexed column and can be a HOT update, and a running entry
--- lives only while a worker holds its job.  One index for both, not two:
--- every partial index costs each INSERT and status change of jobq.jobs the
--- setting up of its predicate, also where it does not match.
-CREATE INDEX jobs_running_failed_idx ON jobq.jobs (status, queue)
-    WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'failed']::text[]);
-COMMENT ON INDEX jobq.jobs_running_failed_idx IS
-    'Serves jobq.reap (the running jobs) and the dead-letter queue (the failed jobs), by status and queue (keys heartbeats do not change).';
+-- done ones); and retention (0.10.0: jobq.tick finds the finished jobs of
+-- each queue and state whose retention ended, oldest first, by
+-- finished_at).  Keyed by status, queue and finished_at, none of which a
+-- heartbeat changes (not by lease_expires_at, which every heartbeat moves):
+-- so a heartbeat changes no indexed column and can be a HOT update, and a
+-- running entry lives only while a worker holds its job.  One index for
+-- all, not several: every partial index costs each INSERT and status
+-- change of jobq.jobs the setting up of its predicate, also where it does
+-- not match.  Queued and waiting jobs are not in it.
+CREATE INDEX jobs_status_idx ON jobq.jobs (status, queue, finished_at)
+    WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'done', 'failed', 'cancelled']::text[]);
+COMMENT ON INDEX jobq.jobs_status_idx IS
+    'Serves jobq.reap (the running jobs), the dead-letter queue (the failed jobs) and retention (the finished jobs by finished_at), by status and queue (keys heartbeats do not change).';
 
 -- pg_dump keeps every job and the id sequence's position.
 SELECT pg_catalog.pg_extension_config_dump('jobq.jobs', '');

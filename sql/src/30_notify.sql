@@ -1,13 +1,13 @@
 ----------------------------------------------------------------------------
 -- Wake-ups.  A worker about to sleep registers as a waiter of its queue
--- (jobq.wait); an enqueue notifies the queue's channel only while some
+-- (jobq.register_waiter); an enqueue notifies the queue's channel only while some
 -- worker waits, so a queue whose workers are busy pays no NOTIFY (whose
 -- commit takes a cluster-wide lock and holds it through the WAL flush).
 -- A notification is a hint; workers poll underneath, so nothing correct
 -- depends on one arriving.
 --
 -- Why no wake-up is lost for a committed enqueue while a worker waits.  A
--- worker registers (jobq.wait) in a short transaction of its own, holding
+-- worker registers (jobq.register_waiter) in a short transaction of its own, holding
 -- the queue's advisory lock exclusively, taken with pg_try_advisory_xact_lock
 -- (it never waits), and after that commits it claims once more before it
 -- sleeps.  A producer (jobq.enqueue, enqueue_many) takes the same lock
@@ -40,7 +40,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.channel(text) IS
-    'The LISTEN channel of a queue: jobq_<queue>. Enqueues notify it (empty payload) while a worker waits (jobq.wait).';
+    'The LISTEN channel of a queue: jobq_<queue>. Enqueues notify it (empty payload) while a worker waits (jobq.register_waiter).';
 REVOKE ALL ON FUNCTION jobq.channel(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.channel(text) TO @extowner@;
 
@@ -55,13 +55,15 @@ CREATE UNLOGGED TABLE jobq._waiters (
     until  timestamptz NOT NULL
 );
 COMMENT ON TABLE jobq._waiters IS
-    'Internal: workers waiting for a notification on a queue (jobq.wait), until when. Enqueues notify only while one waits.';
+    'Internal: workers waiting for a notification on a queue (jobq.register_waiter), until when. Enqueues notify only while one waits.';
 REVOKE ALL ON TABLE jobq._waiters FROM PUBLIC;
 
 /*
- * jobq.wait(queue, worker, up_to): registers worker as waiting on queue for
- * up_to (a positive interval of at most 1 day), so that enqueues committed
- * from now on notify jobq_<queue>.  Returns registered: false when a
+ * jobq.register_waiter(queue, worker, up_to): registers worker as waiting
+ * on queue for up_to (a positive interval of at most 1 day), so that
+ * enqueues committed from now on notify jobq_<queue>.  (0.10.0: named
+ * jobq.wait until 0.9.0, which is also the name of the wait for a job's
+ * outcome, jobq.wait(id, timeout).)  Returns registered: false when a
  * producer of the queue has a transaction in flight (or another worker is
  * registering), in which case nothing was registered and the caller should
  * claim again shortly; true otherwise, and then the caller must claim once
@@ -77,8 +79,8 @@ REVOKE ALL ON TABLE jobq._waiters FROM PUBLIC;
  * 22023 (bad queue name, worker empty or over 200 characters, up_to not
  * positive or over 1 day).
  */
-CREATE FUNCTION jobq.wait(queue text, worker text, up_to interval,
-                          OUT registered boolean, OUT next_run_at timestamptz)
+CREATE FUNCTION jobq.register_waiter(queue text, worker text, up_to interval,
+                                     OUT registered boolean, OUT next_run_at timestamptz)
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: workers register without privileges on jobq._waiters and
 -- read the queue's next run_at without SELECT on jobq.jobs.
@@ -88,60 +90,80 @@ AS $$
 DECLARE
     level integer;  -- a priority of the queue's queued jobs, highest first
 BEGIN
-    PERFORM jobq._check_queue(wait.queue);
-    IF wait.worker IS NULL THEN
+    PERFORM jobq._check_queue(register_waiter.queue);
+    IF register_waiter.worker IS NULL THEN
         RAISE EXCEPTION 'worker must not be NULL' USING ERRCODE = '22004';
     END IF;
-    IF length(wait.worker) < 1 OR length(wait.worker) > 200 THEN
-        RAISE EXCEPTION 'worker must be 1 to 200 characters, got %', length(wait.worker)
+    IF length(register_waiter.worker) < 1 OR length(register_waiter.worker) > 200 THEN
+        RAISE EXCEPTION 'worker must be 1 to 200 characters, got %', length(register_waiter.worker)
             USING ERRCODE = '22023';
     END IF;
-    IF wait.up_to IS NULL THEN
+    IF register_waiter.up_to IS NULL THEN
         RAISE EXCEPTION 'up_to must not be NULL' USING ERRCODE = '22004';
     END IF;
-    IF wait.up_to <= interval '0' OR wait.up_to > interval '1 day' THEN
-        RAISE EXCEPTION 'up_to must be a positive interval of at most 1 day, got %', wait.up_to
+    IF register_waiter.up_to <= interval '0' OR register_waiter.up_to > interval '1 day' THEN
+        RAISE EXCEPTION 'up_to must be a positive interval of at most 1 day, got %', register_waiter.up_to
             USING ERRCODE = '22023';
     END IF;
 
-    registered := pg_try_advisory_xact_lock(hashtext('jobq._waiters'), hashtext(wait.queue));
+    registered := pg_try_advisory_xact_lock(hashtext('jobq._waiters'), hashtext(register_waiter.queue));
     IF registered THEN
         UPDATE jobq._waiters AS w
-           SET until = statement_timestamp() + wait.up_to
-         WHERE w.queue = wait.queue AND w.worker = wait.worker;
+           SET until = statement_timestamp() + register_waiter.up_to
+         WHERE w.queue = register_waiter.queue AND w.worker = register_waiter.worker;
         IF NOT FOUND THEN
             INSERT INTO jobq._waiters (queue, worker, until)
-            VALUES (wait.queue, wait.worker, statement_timestamp() + wait.up_to);
+            VALUES (register_waiter.queue, register_waiter.worker, statement_timestamp() + register_waiter.up_to);
         END IF;
         DELETE FROM jobq._waiters AS w
-         WHERE w.queue = wait.queue AND w.until < statement_timestamp() - interval '1 minute';
+         WHERE w.queue = register_waiter.queue AND w.until < statement_timestamp() - interval '1 minute';
     END IF;
 
     -- the earliest future run_at: per priority, the claim index is in run_at
     -- order, so one probe per priority present (highest first) finds it
     SELECT j.priority INTO level
       FROM jobq.jobs AS j
-     WHERE j.queue = wait.queue AND j.status = 'queued'
+     WHERE j.queue = register_waiter.queue AND j.status = 'queued'
      ORDER BY j.priority DESC
      LIMIT 1;
     WHILE level IS NOT NULL LOOP
         next_run_at := least(next_run_at,
                              (SELECT j.run_at
                                 FROM jobq.jobs AS j
-                               WHERE j.queue = wait.queue AND j.status = 'queued' AND j.priority = level
+                               WHERE j.queue = register_waiter.queue AND j.status = 'queued' AND j.priority = level
                                  AND j.run_at > statement_timestamp()
                                ORDER BY j.priority DESC, j.run_at
                                LIMIT 1));
         level := (SELECT j.priority
                     FROM jobq.jobs AS j
-                   WHERE j.queue = wait.queue AND j.status = 'queued' AND j.priority < level
+                   WHERE j.queue = register_waiter.queue AND j.status = 'queued' AND j.priority < level
                    ORDER BY j.priority DESC
                    LIMIT 1);
     END LOOP;
 END
 $$;
-COMMENT ON FUNCTION jobq.wait(text, text, interval) IS
+COMMENT ON FUNCTION jobq.register_waiter(text, text, interval) IS
     'Register a worker as waiting on a queue for up_to, so enqueues notify jobq_<queue>; returns whether it registered (else claim again shortly) and the earliest future run_at of the queue.';
+REVOKE ALL ON FUNCTION jobq.register_waiter(text, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.register_waiter(text, text, interval) TO @extowner@;
+
+/*
+ * jobq.wait(queue, worker, up_to): deprecated since 0.10.0, removed in
+ * 0.11.0: the name of jobq.register_waiter until 0.9.0, which it calls
+ * (same arguments, same result, same errors).  It shared its name with
+ * jobq.wait(id, timeout), which waits for a job's outcome; so that a
+ * worker of the previous release keeps working while the database is
+ * upgraded, it stays for one version.
+ */
+CREATE FUNCTION jobq.wait(queue text, worker text, up_to interval,
+                          OUT registered boolean, OUT next_run_at timestamptz)
+LANGUAGE sql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT r.registered, r.next_run_at FROM jobq.register_waiter(wait.queue, wait.worker, wait.up_to) AS r
+$$;
+COMMENT ON FUNCTION jobq.wait(text, text, interval) IS
+    'Deprecated since 0.10.0, removed in 0.11.0: use jobq.register_waiter, which this calls.';
 REVOKE ALL ON FUNCTION jobq.wait(text, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.wait(text, text, interval) TO @extowner@;
 

@@ -239,7 +239,9 @@ GRANT EXECUTE ON FUNCTION jobq._traced_headers(jsonb) TO @extowner@;
  * Raises 22004 (NULL argument), 22023 (bad queue name, payload not a JSON
  * object, priority outside -32768..32767, run_at not within 10 years of
  * now, max_attempts outside 1..1000, a bad task name (jobq._check_task),
- * and what jobq._check_job_options and jobq._enqueue_linked refuse), 54000
+ * on_conflict or unique_scope other than the default without a unique_key
+ * (0.10.0; before, ignored), and what jobq._check_job_options and
+ * jobq._enqueue_linked refuse), 54000
  * (payload or headers over 1 MiB), JQ002 (a parent that does not exist),
  * JQ004, 40001.
  *
@@ -324,6 +326,15 @@ BEGIN
         -- the options of job control, checked by their helper
         PERFORM jobq._check_job_options(enqueue.unique_key, enqueue.unique_scope, enqueue.on_conflict,
                                         enqueue.headers);
+        -- 0.10.0: what happens to a key's holder means nothing without a key
+        IF enqueue.unique_key IS NULL AND (enqueue.on_conflict <> 'return' OR enqueue.unique_scope <> 'active') THEN
+            RAISE EXCEPTION '% needs a unique_key, got % without one',
+                            CASE WHEN enqueue.on_conflict <> 'return' THEN 'on_conflict' ELSE 'unique_scope' END,
+                            quote_literal(CASE WHEN enqueue.on_conflict <> 'return' THEN enqueue.on_conflict
+                                               ELSE enqueue.unique_scope END)
+                USING ERRCODE = '22023',
+                      HINT = 'Give unique_key, or leave on_conflict and unique_scope out: without a key every enqueue inserts a job.';
+        END IF;
         IF enqueue.concurrency_key IS NOT NULL OR enqueue.depends_on IS NOT NULL
            OR enqueue.on_parent_failure IS DISTINCT FROM 'cancel' THEN
             -- a concurrency key or parents (45_flow.sql)
@@ -381,7 +392,9 @@ GRANT EXECUTE ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, intege
  * jobq.enqueue locks for it.  Raises like
  * jobq.enqueue, naming the first bad element by its own subscript
  * (payloads[i], unique_keys[i], concurrency_keys[i]), and 22023 for a
- * multidimensional array or keys of another length; inserts nothing then.
+ * multidimensional array or keys of another length, or on_conflict or
+ * unique_scope other than the default without unique_keys (0.10.0);
+ * inserts nothing then.
  */
 CREATE FUNCTION jobq.enqueue_many(
     queue        text,
@@ -439,6 +452,14 @@ BEGIN
                                     enqueue_many.headers);
     IF enqueue_many.unique_keys IS NOT NULL THEN
         PERFORM jobq._check_keys(enqueue_many.unique_keys, cardinality(enqueue_many.payloads), 'unique_keys');
+    ELSIF enqueue_many.on_conflict <> 'return' OR enqueue_many.unique_scope <> 'active' THEN
+        -- 0.10.0: what happens to a key's holder means nothing without keys
+        RAISE EXCEPTION '% needs unique_keys, got % without them',
+                        CASE WHEN enqueue_many.on_conflict <> 'return' THEN 'on_conflict' ELSE 'unique_scope' END,
+                        quote_literal(CASE WHEN enqueue_many.on_conflict <> 'return' THEN enqueue_many.on_conflict
+                                           ELSE enqueue_many.unique_scope END)
+            USING ERRCODE = '22023',
+                  HINT = 'Give unique_keys, or leave on_conflict and unique_scope out: without keys every enqueue inserts a job.';
     END IF;
     IF enqueue_many.concurrency_keys IS NOT NULL THEN
         PERFORM jobq._check_keys(enqueue_many.concurrency_keys, cardinality(enqueue_many.payloads),

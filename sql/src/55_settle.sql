@@ -38,7 +38,7 @@ BEGIN
           -- scanned all the pairs again for every job: n^2 at batch n)
           FROM unnest((SELECT _acknowledge.ids), (SELECT _acknowledge.leases)) AS a(id, lease)
          WHERE j.id = a.id AND j.lease = a.lease
-           -- "IS TRUE" keeps the planner from matching jobs_running_failed_idx's predicate:
+           -- "IS TRUE" keeps the planner from matching jobs_status_idx's predicate:
            -- by primary key, the cost stays flat while dead entries pile up there
            AND (j.status = 'running') IS TRUE
            AND j.control IS NULL

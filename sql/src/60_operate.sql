@@ -15,7 +15,9 @@
  * claimed or extended more than stale ago (kept from 0.3.0, where stale was
  * the whole test; no longer needed).  Locks: FOR NO KEY UPDATE SKIP LOCKED,
  * so two reapers, or a reaper and a completing worker, never wait on each
- * other.  Raises 22023 (stale not positive, or over 10 years).
+ * other.  0.10.0: also marks the xid clock (jobq._mark_xid_clock), at
+ * most once every 10 seconds.  Raises 22023 (stale not positive, or over
+ * 10 years).
  */
 CREATE FUNCTION jobq.reap(stale interval DEFAULT NULL)
 RETURNS SETOF jobq.jobs
@@ -31,6 +33,7 @@ BEGIN
         RAISE EXCEPTION 'stale must be a positive interval of at most 10 years, got %', reap.stale
             USING ERRCODE = '22023';
     END IF;
+    PERFORM jobq._mark_xid_clock();  -- every worker reaps every few seconds: it keeps the clock
 
     RETURN QUERY
     WITH expired AS MATERIALIZED (
@@ -148,50 +151,22 @@ REVOKE ALL ON FUNCTION jobq.retry_failed(text, bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.retry_failed(text, bigint[]) TO @extowner@;
 
 /*
- * jobq.purge(older_than, max_rows): the number of jobs deleted: done and
- * cancelled jobs (and failed ones too when include_failed) that finished more than
- * older_than ago, at most max_rows of them, so a large backlog can be purged
- * in short transactions, with their results, deadlines, keys and
- * dependency rows.
- * Skips rows locked by others.  Raises 22004 (NULL
- * argument), 22023 (older_than negative, max_rows outside 1..1000000).
+ * jobq._delete_rows(ids): how many jobs of ids it deleted, with their side
+ * rows: the unique keys they hold, their results, deadlines and
+ * concurrency keys, and their rows of jobq.job_deps (as the child) and
+ * jobq.job_waits.  One statement; the work of jobq._delete_jobs, which
+ * calls it and says what it locks and raises.
  */
-CREATE FUNCTION jobq.purge(older_than interval, max_rows integer DEFAULT 100000,
-                           include_failed boolean DEFAULT false)
+CREATE FUNCTION jobq._delete_rows(ids bigint[])
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     deleted bigint;
 BEGIN
-    IF purge.older_than IS NULL THEN
-        RAISE EXCEPTION 'older_than must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF purge.older_than < interval '0' THEN
-        RAISE EXCEPTION 'older_than must not be negative, got %', purge.older_than
-            USING ERRCODE = '22023';
-    END IF;
-    IF purge.max_rows IS NULL THEN
-        RAISE EXCEPTION 'max_rows must not be NULL' USING ERRCODE = '22004';
-    END IF;
-    IF purge.max_rows < 1 OR purge.max_rows > 1000000 THEN
-        RAISE EXCEPTION 'max_rows must be between 1 and 1000000, got %', purge.max_rows
-            USING ERRCODE = '22023';
-    END IF;
-    IF purge.include_failed IS NULL THEN
-        RAISE EXCEPTION 'include_failed must not be NULL' USING ERRCODE = '22004';
-    END IF;
-
-    WITH doomed AS MATERIALIZED (
-        SELECT j.id
-          FROM jobq.jobs AS j
-         WHERE (j.status = ANY (ARRAY['done', 'cancelled']) OR (purge.include_failed AND j.status = 'failed'))
-           AND j.finished_at < statement_timestamp() - purge.older_than
-         LIMIT purge.max_rows
-           FOR UPDATE SKIP LOCKED
-    ), gone AS (
-        DELETE FROM jobq.jobs AS j USING doomed WHERE j.id = doomed.id
+    WITH gone AS (
+        DELETE FROM jobq.jobs AS j WHERE j.id = ANY (_delete_rows.ids)
         RETURNING j.id, j.control
     ), keys AS (
         -- the keys these jobs held: free now
@@ -211,8 +186,151 @@ BEGIN
     RETURN deleted;
 END
 $$;
+COMMENT ON FUNCTION jobq._delete_rows(bigint[]) IS
+    'Internal: delete these jobs and their side rows (keys, results, deadlines, concurrency keys, dependency rows) in one statement; returns how many jobs.';
+REVOKE ALL ON FUNCTION jobq._delete_rows(bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._delete_rows(bigint[]) TO @extowner@;
+
+/*
+ * jobq._delete_jobs(ids): how many of the jobs ids it deleted, with their
+ * side rows (jobq._delete_rows), keeping those that a foreign key of a
+ * user's table still references.  It deletes what it is given, whatever
+ * the status, and skips an id whose job is gone: the caller chooses
+ * finished jobs and locks them first (SELECT ... FOR UPDATE SKIP LOCKED,
+ * in the caller's transaction; jobq.purge and retention in jobq.tick do),
+ * so that no claim or settlement is under way on them and two deleters
+ * never wait on each other.
+ *
+ * A foreign key to jobq.jobs(id) ON DELETE NO ACTION or RESTRICT (or a
+ * cascade that ends at one) keeps the job it references, and its side
+ * rows; ON DELETE CASCADE and SET NULL act as declared.  A DEFERRABLE one
+ * is checked here, at once, not at the commit (SET CONSTRAINTS ...
+ * IMMEDIATE for the call, then back to DEFERRED if it was initially
+ * deferred), so that one child row never fails the caller's commit.
+ *
+ * The cost: while jobq.jobs has no trigger (a foreign key to it adds two),
+ * one statement and no subtransaction, as jobq.purge was before 0.10.0.
+ * With triggers, that statement runs in a subtransaction, which keeps one
+ * subxid in the caller's transaction when it succeeds; when it fails with
+ * 23503 (foreign_key_violation), the ids are bisected: each half is
+ * deleted in a subtransaction of its own, and a half that fails is halved
+ * again, down to the single jobs that are referenced.  A rolled-back
+ * subtransaction keeps no subxid (PostgreSQL drops it from the backend's
+ * cache of 64), so only the halves deleted count: about k log2(n/k) for k
+ * referenced jobs among n.  Callers pass a batch (at most a few thousand
+ * ids), not one id at a time.
+ *
+ * Locks: the jobs it deletes (the caller's already) and their side rows.
+ * Raises what a user's trigger or constraint raises, but for 23503.
+ */
+CREATE FUNCTION jobq._delete_jobs(ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    todo     bigint[];
+    los      integer[];  -- the stack of slices of todo still to delete: todo[los[i]:his[i]]
+    his      integer[];
+    lo       integer;
+    hi       integer;
+    deleted  bigint := 0::bigint;
+    deferred text[];     -- the deferrable foreign keys to jobq.jobs, made immediate for the call
+    later    text[];     -- those of them initially deferred
+BEGIN
+    IF NOT (SELECT c.relhastriggers FROM pg_class AS c WHERE c.oid = 'jobq.jobs'::regclass) THEN
+        RETURN jobq._delete_rows(_delete_jobs.ids);  -- no foreign key can reference a job
+    END IF;
+
+    SELECT coalesce(array_agg(format('%I.%I', n.nspname, c.conname)), '{}'),
+           coalesce(array_agg(format('%I.%I', n.nspname, c.conname)) FILTER (WHERE c.condeferred), '{}')
+      INTO deferred, later
+      FROM pg_constraint AS c
+      JOIN pg_namespace AS n ON n.oid = c.connamespace
+     WHERE c.confrelid = 'jobq.jobs'::regclass AND c.contype = 'f' AND c.condeferrable;
+    IF cardinality(deferred) > 0 THEN
+        EXECUTE 'SET CONSTRAINTS ' || array_to_string(deferred, ', ') || ' IMMEDIATE';
+    END IF;
+
+    todo := ARRAY(SELECT DISTINCT i FROM unnest(_delete_jobs.ids) AS i WHERE i IS NOT NULL ORDER BY i);
+    los := ARRAY[1];
+    his := ARRAY[cardinality(todo)];
+    WHILE cardinality(los) > 0 LOOP
+        lo := los[cardinality(los)];
+        hi := his[cardinality(his)];
+        los := los[1:cardinality(los) - 1];
+        his := his[1:cardinality(his) - 1];
+        CONTINUE WHEN lo > hi;
+        BEGIN
+            deleted := deleted + jobq._delete_rows(todo[lo:hi]);
+        EXCEPTION WHEN foreign_key_violation THEN
+            IF lo < hi THEN  -- halve it: the left half first
+                los := los || ARRAY[(lo + hi) / 2 + 1, lo];
+                his := his || ARRAY[hi, (lo + hi) / 2];
+            END IF;  -- else a single job that a foreign key references: kept
+        END;
+    END LOOP;
+
+    IF cardinality(later) > 0 THEN
+        EXECUTE 'SET CONSTRAINTS ' || array_to_string(later, ', ') || ' DEFERRED';
+    END IF;
+    RETURN deleted;
+END
+$$;
+COMMENT ON FUNCTION jobq._delete_jobs(bigint[]) IS
+    'Internal: delete these jobs (locked by the caller) and their side rows, keeping those a foreign key of a user''s table references; returns how many it deleted.';
+REVOKE ALL ON FUNCTION jobq._delete_jobs(bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._delete_jobs(bigint[]) TO @extowner@;
+
+/*
+ * jobq.purge(older_than, max_rows, include_failed): the number of jobs
+ * deleted: done and cancelled jobs (and failed ones too when
+ * include_failed) that finished more than older_than ago, at most max_rows
+ * of them, so that a large backlog can be purged in short transactions,
+ * with their results, deadlines, keys and dependency rows
+ * (jobq._delete_jobs).  A job that a foreign key of a user's table still
+ * references (ON DELETE NO ACTION or RESTRICT) is kept, with its side
+ * rows, and not counted; the others are deleted (0.10.0: before, one such
+ * job failed the whole call).  Locks the jobs it deletes, FOR UPDATE SKIP
+ * LOCKED: skips rows locked by others.  Raises 22004 (NULL argument),
+ * 22023 (older_than negative, max_rows outside 1..1000000).
+ */
+CREATE FUNCTION jobq.purge(older_than interval, max_rows integer DEFAULT 100000,
+                           include_failed boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF purge.older_than IS NULL THEN
+        RAISE EXCEPTION 'older_than must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF purge.older_than < interval '0' THEN
+        RAISE EXCEPTION 'older_than must not be negative, got %', purge.older_than
+            USING ERRCODE = '22023';
+    END IF;
+    IF purge.max_rows IS NULL THEN
+        RAISE EXCEPTION 'max_rows must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF purge.max_rows < 1 OR purge.max_rows > 1000000 THEN
+        RAISE EXCEPTION 'max_rows must be between 1 and 1000000, got %', purge.max_rows
+            USING ERRCODE = '22023';
+    END IF;
+    IF purge.include_failed IS NULL THEN
+        RAISE EXCEPTION 'include_failed must not be NULL' USING ERRCODE = '22004';
+    END IF;
+
+    RETURN jobq._delete_jobs(ARRAY(
+        SELECT j.id
+          FROM jobq.jobs AS j
+         WHERE (j.status = ANY (ARRAY['done', 'cancelled']) OR (purge.include_failed AND j.status = 'failed'))
+           AND j.finished_at < statement_timestamp() - purge.older_than
+         LIMIT purge.max_rows
+           FOR UPDATE SKIP LOCKED));
+END
+$$;
 COMMENT ON FUNCTION jobq.purge(interval, integer, boolean) IS
-    'Delete done and cancelled jobs (and failed ones with include_failed) finished more than older_than ago, at most max_rows; returns how many.';
+    'Delete done and cancelled jobs (and failed ones with include_failed) finished more than older_than ago, at most max_rows, keeping those a foreign key of a user''s table references; returns how many it deleted.';
 REVOKE ALL ON FUNCTION jobq.purge(interval, integer, boolean) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.purge(interval, integer, boolean) TO @extowner@;
 
@@ -248,6 +366,104 @@ COMMENT ON FUNCTION jobq.stats() IS
 REVOKE ALL ON FUNCTION jobq.stats() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.stats() TO @extowner@;
 
+-- The xid clock (0.10.0): when transaction ids were handed out, one mark
+-- every 10 seconds or so, kept for a day.  The age of the oldest open
+-- transaction is read from pg_stat_activity.xact_start, which PostgreSQL
+-- shows for other roles' sessions only to superusers and members of
+-- pg_read_all_stats; an extension installed by a database owner who is
+-- neither saw none of them.  Every role sees every session's backend_xid
+-- and backend_xmin, though: dated by this clock, they give the age of a
+-- hidden transaction to within the interval between marks.  Unlogged and
+-- never dumped: a crash forgets it, and it fills again within seconds.
+CREATE UNLOGGED TABLE jobq._xid_clock (
+    at  timestamptz NOT NULL,
+    xid xid         NOT NULL,
+    CONSTRAINT _xid_clock_pkey PRIMARY KEY (at)
+);
+COMMENT ON TABLE jobq._xid_clock IS
+    'Internal: when transaction ids were handed out (a mark every 10 seconds, kept a day), to date the transactions of sessions whose start pg_stat_activity hides.';
+COMMENT ON COLUMN jobq._xid_clock.at IS 'When the mark was made.';
+COMMENT ON COLUMN jobq._xid_clock.xid IS 'The transaction id handed out then (the marking transaction''s own).';
+REVOKE ALL ON TABLE jobq._xid_clock FROM PUBLIC;
+
+/*
+ * jobq._mark_xid_clock(): returns nothing.  Adds a mark to jobq._xid_clock,
+ * its own transaction id and the time, unless a mark is less than 10
+ * seconds old, or the transaction already had an id (handed out earlier,
+ * so at an unknown time), or the server is read-only; deletes the marks
+ * older than a day.  jobq.reap calls it.  Locks nothing of the queue.
+ */
+CREATE FUNCTION jobq._mark_xid_clock()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_current_xact_id_if_assigned() IS NOT NULL OR pg_is_in_recovery()
+       OR EXISTS (SELECT FROM jobq._xid_clock AS c WHERE c.at > clock_timestamp() - interval '10 seconds') THEN
+        RETURN;
+    END IF;
+    INSERT INTO jobq._xid_clock (at, xid) VALUES (clock_timestamp(), xid(pg_current_xact_id()))
+    ON CONFLICT ON CONSTRAINT _xid_clock_pkey DO NOTHING;
+    DELETE FROM jobq._xid_clock AS c WHERE c.at < clock_timestamp() - interval '1 day';
+END
+$$;
+COMMENT ON FUNCTION jobq._mark_xid_clock() IS
+    'Internal: mark the xid clock (jobq._xid_clock) with this transaction''s id and the time, at most every 10 seconds.';
+REVOKE ALL ON FUNCTION jobq._mark_xid_clock() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._mark_xid_clock() TO @extowner@;
+
+/*
+ * jobq._oldest_transaction_age(): how long the oldest transaction of
+ * another session of this database (or of none: a standby's feedback) has
+ * been open, never negative; NULL when no such session holds a
+ * transaction open.  Sessions of other databases do not hold back the
+ * vacuum of jobq.jobs, and are left out.  Counted: the sessions whose
+ * xact_start pg_stat_activity shows to the extension's owner (all of them
+ * for a superuser or a member of pg_read_all_stats), from it; the others,
+ * by their transaction id or snapshot (backend_xid, backend_xmin, which
+ * every role sees), dated by the latest mark of jobq._xid_clock made
+ * before it (to within the 10 seconds between marks; a transaction older
+ * than every mark counts from the oldest); and prepared transactions
+ * (pg_prepared_xacts), from their PREPARE.  Of the hidden sessions, only
+ * those that hold back vacuum count: a read-only transaction between two
+ * statements at READ COMMITTED holds neither an id nor a snapshot.  Takes
+ * no locks.
+ */
+CREATE FUNCTION jobq._oldest_transaction_age()
+RETURNS interval
+LANGUAGE sql VOLATILE
+-- SECURITY DEFINER: the view jobq.health and jobq.metrics report what the
+-- extension's owner sees of pg_stat_activity, whoever reads them, and read
+-- the xid clock, on which no level is granted anything.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH others AS (
+        -- the sessions of this database, and those of none (a standby's feedback holds every database back)
+        SELECT a.xact_start, greatest(age(a.backend_xid), age(a.backend_xmin)) AS xids
+          FROM pg_stat_activity AS a
+         WHERE a.pid <> pg_backend_pid()
+           AND (a.datid IS NULL OR a.datname = current_database())
+    ), hidden AS (
+        -- the oldest transaction id or snapshot of a session whose start is hidden
+        SELECT max(o.xids) AS xids FROM others AS o WHERE o.xact_start IS NULL
+    ), started (at) AS (
+        SELECT min(o.xact_start) FROM others AS o
+        UNION ALL
+        SELECT coalesce(max(c.at) FILTER (WHERE age(c.xid) >= h.xids), min(c.at))
+          FROM hidden AS h, jobq._xid_clock AS c
+         WHERE h.xids IS NOT NULL
+        UNION ALL
+        SELECT min(p.prepared) FROM pg_prepared_xacts AS p WHERE p.database = current_database()
+    )
+    SELECT greatest(clock_timestamp() - min(s.at), interval '0') FROM started AS s
+$$;
+COMMENT ON FUNCTION jobq._oldest_transaction_age() IS
+    'Internal: the age of the oldest open transaction of another session (never negative), also where pg_stat_activity hides its start from the extension''s owner.';
+REVOKE ALL ON FUNCTION jobq._oldest_transaction_age() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._oldest_transaction_age() TO @extowner@;
+
 -- Written fully qualified (OPERATOR(pg_catalog.x), pg_catalog.f): a view is
 -- parsed once, here, with the installing session's search_path.
 CREATE VIEW jobq.health AS
@@ -269,16 +485,14 @@ CREATE VIEW jobq.health AS
            pg_catalog.pg_total_relation_size('jobq.jobs'::pg_catalog.regclass) AS total_bytes,
            GREATEST(s.last_autovacuum, s.last_vacuum) AS last_vacuum,
            GREATEST(s.last_autoanalyze, s.last_analyze) AS last_analyze,
-           (SELECT pg_catalog.statement_timestamp() OPERATOR(pg_catalog.-) pg_catalog.min(a.xact_start)
-              FROM pg_catalog.pg_stat_activity AS a
-             WHERE a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()) AS oldest_transaction_age,
+           jobq._oldest_transaction_age() AS oldest_transaction_age,
            (SELECT pg_catalog.max(pg_catalog.age(a.backend_xmin))
               FROM pg_catalog.pg_stat_activity AS a
              WHERE a.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid()) AS oldest_xmin_age
       FROM pg_catalog.pg_stat_user_tables AS s
      WHERE s.relid OPERATOR(pg_catalog.=) 'jobq.jobs'::pg_catalog.regclass;
 COMMENT ON VIEW jobq.health IS
-    'One row: queue depth, oldest runnable job, dead tuples, table size, last vacuum and analyze, and the oldest open transaction (it holds vacuum back). Other sessions'' transactions show only with pg_read_all_stats.';
+    'One row: queue depth, oldest runnable job, dead tuples, table size, last vacuum and analyze, and the oldest open transaction (it holds vacuum back).';
 COMMENT ON COLUMN jobq.health.queued IS 'Queued jobs, runnable now or later.';
 COMMENT ON COLUMN jobq.health.runnable IS 'Queued jobs whose run_at has come.';
 COMMENT ON COLUMN jobq.health.running IS 'Jobs held under a lease.';
@@ -289,7 +503,7 @@ COMMENT ON COLUMN jobq.health.dead_tuples IS 'Estimated dead rows not yet vacuum
 COMMENT ON COLUMN jobq.health.total_bytes IS 'jobq.jobs with its indexes and TOAST, in bytes.';
 COMMENT ON COLUMN jobq.health.last_vacuum IS 'The last vacuum of jobq.jobs, manual or automatic.';
 COMMENT ON COLUMN jobq.health.last_analyze IS 'The last analyze of jobq.jobs, manual or automatic.';
-COMMENT ON COLUMN jobq.health.oldest_transaction_age IS 'Age of the oldest open transaction of another session; vacuum cannot clear rows it may still see.';
+COMMENT ON COLUMN jobq.health.oldest_transaction_age IS 'Age of the oldest open transaction of another session, of any role (never negative; NULL: none); vacuum cannot clear rows it may still see.';
 COMMENT ON COLUMN jobq.health.oldest_xmin_age IS 'In transactions: how far the oldest snapshot of another session holds back vacuum.';
 REVOKE ALL ON TABLE jobq.health FROM PUBLIC;
 GRANT SELECT ON TABLE jobq.health TO @extowner@;

@@ -7,7 +7,8 @@
 -- - producer: jobq.enqueue, jobq.enqueue_many, jobq.enqueue_flow;
 -- - worker:   jobq.claim, claim_any, complete, complete_many, complete_and_claim, fail,
 --             snooze, hand_back, heartbeat, heartbeat_many, heartbeat_status, release,
---             wait (the registration), reap (it recovers only jobs whose
+--             register_waiter (and its deprecated name wait(queue, worker,
+--             up_to), until 0.11.0), reap (it recovers only jobs whose
 --             lease expired) and tick (it enqueues the schedules' due
 --             occurrences);
 -- - admin:    both, and jobq.retry_failed, purge, stats, cancel, pause,
@@ -66,6 +67,7 @@ BEGIN
                 'jobq.reap(interval)',
                 'jobq.tick()',
                 'jobq.metrics()',
+                'jobq.register_waiter(text, text, interval)',
                 'jobq.wait(text, text, interval)',
                 'jobq.job(bigint)',
                 'jobq.wait(bigint, interval)',
@@ -93,6 +95,8 @@ BEGIN
                 'jobq.version()',
                 'jobq._check_queue(text)',
                 'jobq._queues()',
+                'jobq._retention(interval, text[], text)',
+                'jobq._oldest_transaction_age()',
                 'jobq._schedule_next(text, text, interval, timestamptz)',
                 'jobq._every_next(interval, timestamptz)',
                 'jobq._cron_parse(text)',
@@ -110,12 +114,15 @@ BEGIN
                               || ARRAY[
                                      'jobq.retry_failed(text, bigint[])',
                                      'jobq.purge(interval, integer, boolean)',
+                                     'jobq._delete_jobs(bigint[])',
+                                     'jobq._delete_rows(bigint[])',
                                      'jobq.stats()',
                                      'jobq.cancel(bigint[], boolean)',
                                      'jobq.pause(text)',
                                      'jobq.resume(text)',
-                                     'jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval)',
+                                     'jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval, interval, interval, interval, text[])',
                                      'jobq._queues()',
+                                     'jobq._retention(interval, text[], text)',
                                      'jobq._notify_finished(bigint)',
                                      'jobq._finish_linked(bigint, text, smallint)',
                                      'jobq._settle_dependents(bigint, text)',

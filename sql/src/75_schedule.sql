@@ -944,23 +944,3 @@ COMMENT ON FUNCTION jobq._tick(timestamptz) IS
     'Internal: jobq.tick as at a given time: enqueue the occurrences due within a minute of it, catching up missed ones by each schedule''s catch_up.';
 REVOKE ALL ON FUNCTION jobq._tick(timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._tick(timestamptz) TO @extowner@;
-
-/*
- * jobq.tick(): how many jobs it enqueued: jobq._tick(statement_timestamp()).
- * Every worker runs it each reap interval (or pg_cron does, every
- * minute or more often); ticks at once share the work (a schedule one
- * holds, the others skip), and with nothing due it costs one probe of
- * schedule_settings_next_idx.
- */
-CREATE FUNCTION jobq.tick()
-RETURNS integer
-LANGUAGE sql VOLATILE
--- SECURITY DEFINER: workers run it, and have no privilege on the
--- schedules table or the jobs table; it only does what the schedules say.
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT jobq._tick(statement_timestamp()) $$;
-COMMENT ON FUNCTION jobq.tick() IS
-    'Enqueue the occurrences of schedules due within the next minute (and missed ones, by catch_up); returns how many jobs it enqueued. Run by workers or pg_cron.';
-REVOKE ALL ON FUNCTION jobq.tick() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.tick() TO @extowner@;

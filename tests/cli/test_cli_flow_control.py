@@ -136,11 +136,11 @@ def test_queues_table_shows_the_counts_and_the_limits(dsn: str, db: Db) -> None:
 
     assert result.returncode == 0, result.stderr
     header, row = result.stdout.splitlines()
-    # after the columns of 0.6.0 (configured): the counts, then the limits
-    assert header.split()[-10:] == [
+    # after the columns of 0.6.0 (configured): the counts, then the limits (and the retention, 0.10.0)
+    assert header.split()[-11:-1] == [
         "configured", "queued", "running", "waiting", "concurrency", "per", "key", "key", "order", "rate",
     ]  # fmt: skip
-    assert row.split()[-8:] == ["yes", "1", "0", "0", "3", "-", "priority", "10/1s"]
+    assert row.split()[-9:-1] == ["yes", "1", "0", "0", "3", "-", "priority", "10/1s"]
 
 
 # -- enqueue: concurrency key and parents ---------------------------------------------------------

@@ -104,6 +104,22 @@ def test_pause_stops_claims_and_resume_lets_them_run_again(dsn: str, db: Db) -> 
     assert scalar(db, "SELECT count(*) FROM jobq.claim('emails', 1, 'w')") == 1
 
 
+def test_pause_of_a_queue_nothing_knows_pauses_it_and_says_so_on_stderr(dsn: str, db: Db) -> None:
+    result = run_cli(dsn, "pause", "emials")
+
+    assert (result.returncode, result.stdout) == (0, "queue emials paused\n"), result.stderr
+    assert result.stderr.startswith("notice: ") and "emials" in result.stderr
+    assert scalar(db, "SELECT paused FROM jobq.queues WHERE queue = 'emials'") is True
+
+
+def test_pause_of_a_known_queue_says_nothing_more(dsn: str, db: Db) -> None:
+    enqueue(db, "emails")
+
+    result = run_cli(dsn, "pause", "emails")
+
+    assert (result.returncode, result.stderr) == (0, "")
+
+
 def test_pause_of_a_bad_queue_name_prints_one_line_and_exits_1(dsn: str) -> None:
     result = run_cli(dsn, "pause", "Bad Queue")
 
@@ -238,7 +254,8 @@ def test_configure_queue_sets_what_it_is_given_and_prints_every_setting(dsn: str
         "queue": "emails", "paused": False, "max_attempts": 5, "backoff_base": 2.0, "backoff_max": 300.0,
         "backoff_jitter": 0.0, "lease_timeout": 60.0, "timeout": 600.0, "configured": True,
         "concurrency": None, "key_concurrency": None, "key_order": "priority", "rate_limit": None,
-        "rate_interval": None,
+        "rate_interval": None, "retain_done": 86400.0, "retain_failed": 1209600.0,
+        "retain_cancelled": 604800.0,
     }  # fmt: skip
 
 

@@ -1,14 +1,13 @@
 """The task of a job on the command line (extension 0.9.0), run as real processes: enqueue --task and
 schedule --task make jobs of a task, jobs list shows each job's task and --task filters by it, jobs
-show prints it; on a database still at 0.8.0, jobs list works as before and --task says which
-version it needs."""
+show prints it; a database still at 0.8.0, which pgjobq-py 1.2.0 no longer supports, is told to
+upgrade."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 from psycopg import sql
 from throwaway_pg import ThrowawayPostgres
@@ -146,35 +145,10 @@ def test_jobs_show_prints_the_jobs_task(dsn: str, db: Db) -> None:
     assert "task: send_welcome" in result.stdout.splitlines()
 
 
-def test_jobs_list_on_extension_0_8_0_lists_the_jobs_without_a_task(dsn_before_tasks: str) -> None:
-    text = run_cli(dsn_before_tasks, "jobs", "list")
-    as_json = run_cli(dsn_before_tasks, "jobs", "list", "--json")
-
-    assert text.returncode == as_json.returncode == 0, text.stderr + as_json.stderr
-    header, *lines = text.stdout.splitlines()
-    assert "task" not in header.split()
-    assert len(lines) == 2
-    assert [("task" in row) for row in json.loads(as_json.stdout)] == [False, False]
-
-
-def test_jobs_list_with_a_task_on_extension_0_8_0_names_the_version_it_needs_and_exits_1(
-    dsn_before_tasks: str,
-) -> None:
-    result = run_cli(dsn_before_tasks, "jobs", "list", "--task", "send_welcome")
+def test_jobs_list_on_extension_0_8_0_says_to_upgrade_it_and_exits_1(dsn_before_tasks: str) -> None:
+    result = run_cli(dsn_before_tasks, "jobs", "list")
 
     assert result.returncode == 1
-    assert error_line(result.stderr).startswith(
-        f"Error: --task needs the pgjobq extension 0.9.0 or later, and this database has {BEFORE_TASKS}"
-    )
+    line = error_line(result.stderr)
+    assert f"this database has {BEFORE_TASKS}" in line and "ALTER EXTENSION pgjobq UPDATE" in line
     assert result.stdout == ""
-
-
-def test_jobs_show_on_extension_0_8_0_shows_the_job_without_a_task(dsn_before_tasks: str) -> None:
-    with psycopg.connect(dsn_before_tasks) as conn:
-        job_id = scalar(conn, "SELECT min(id) FROM jobq.jobs")
-
-    result = run_cli(dsn_before_tasks, "jobs", "show", str(job_id), "--json")
-
-    assert result.returncode == 0, result.stderr
-    shown = json.loads(result.stdout)
-    assert shown["queue"] == "emails" and "task" not in shown

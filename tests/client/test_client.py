@@ -146,6 +146,17 @@ def test_claim_returns_jobs_with_their_lease(db: Db) -> None:
     )
 
 
+def test_claim_claim_any_and_complete_and_claim_return_each_jobs_task(db: Db) -> None:
+    pgjobq.enqueue_many(db, "default", [{}, {}], task="send_welcome")
+    pgjobq.enqueue(db, "default", {})
+    (first,) = pgjobq.claim(db, "default", 1, "w1")
+    (second,) = pgjobq.claim_any(db, ["default"], 1, "w1")
+
+    _, (third,) = pgjobq.complete_and_claim(db, [(first.id, first.lease)], "default", 1, "w1")
+
+    assert [job.task for job in (first, second, third)] == ["send_welcome", "send_welcome", None]
+
+
 def test_complete_many_leaves_out_stale_leases(db: Db) -> None:
     pgjobq.enqueue_many(db, "default", [{}, {}])
     first, second = pgjobq.claim(db, "default", 2, "w1")

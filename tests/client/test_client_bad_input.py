@@ -282,6 +282,19 @@ CASES: dict[str, Case] = {
     ),
     "unique-scope-unknown": remote(enqueue({}, unique_key="k", unique_scope="forever"), "unique_scope"),
     "on-conflict-unknown": remote(enqueue({}, unique_key="k", on_conflict="ignore"), "on_conflict"),
+    "on-conflict-without-a-unique-key": remote(
+        enqueue({}, on_conflict="skip"), "on_conflict needs a unique_key"
+    ),
+    "unique-scope-without-unique-keys": remote(
+        lambda c, _: pgjobq.enqueue_many(c, "default", [{}], unique_scope="until_done"),
+        "unique_scope needs unique_keys",
+    ),
+    "configure-backoff-base-above-backoff-max": remote(
+        lambda c, _: pgjobq.configure_queue(
+            c, "default", backoff_base=timedelta(minutes=2), backoff_max=timedelta(minutes=1)
+        ),
+        "backoff_base must be at most backoff_max",
+    ),
     "unique-key-empty": remote(enqueue({}, unique_key=""), "unique_key"),
     "unique-key-too-long": remote(enqueue({}, unique_key="k" * 513), "unique_key"),
     "configure-timeout-zero": remote(

@@ -22,7 +22,7 @@ import pgjobq
 from pgjobq._client import sync as client
 
 from helpers.databases import login_role
-from helpers.sqlhelpers import Connect, Db, scalar
+from helpers.sqlhelpers import Connect, Db, record_notices, scalar
 
 
 def row(db: Db, job_id: int) -> dict[str, Any]:
@@ -383,6 +383,15 @@ def test_paused_queue_gives_claims_nothing_until_resumed(db: Db) -> None:
     assert [claimed.id for claimed in pgjobq.claim(db, "default", 1, "w1")] == [job_id]
 
 
+def test_pausing_a_queue_nothing_knows_pauses_it_and_sends_a_notice_naming_it(db: Db) -> None:
+    notices = record_notices(db)
+
+    pgjobq.pause(db, "reprots")
+
+    assert [(q.queue, q.paused) for q in pgjobq.queues(db)] == [("reprots", True)]
+    assert notices == ["queue 'reprots' has no settings, jobs or schedules yet: paused all the same"]
+
+
 def test_resume_wakes_the_queues_workers(db: Db, connect: Connect) -> None:
     listener = connect()
     listener.execute("LISTEN jobq_default")
@@ -410,6 +419,9 @@ def test_configure_queue_returns_every_setting_as_now_in_effect(db: Db) -> None:
         lease_timeout=timedelta(seconds=60),
         timeout=timedelta(minutes=10),
         configured=True,
+        retain_done=timedelta(days=1),
+        retain_failed=timedelta(days=14),
+        retain_cancelled=timedelta(days=7),
     )
 
 

@@ -92,6 +92,21 @@ def test_paused_queues_and_limits_are_shown(db: Db, make_client: MakeClient) -> 
     assert "3 at once" in page and "10 per 1.0 s" in page
 
 
+def test_each_queues_retention_is_shown_per_final_state(db: Db, make_client: MakeClient) -> None:
+    db.execute("SELECT jobq.configure_queue('mail', retain_done => '2 hours', keep_forever => '{failed}')")
+    enqueue(db, "pdfs", {})
+    client = make_client()
+
+    page = client.get("/", headers=HTML).text
+    listed = {row["queue"]: row for row in client.get("/api/queues").json()["queues"]}
+
+    assert cell(page, "mail", "kept") == "2.0 h · ∞ · 7.0 d"
+    assert cell(page, "pdfs", "kept") == "1.0 d · 14.0 d · 7.0 d"
+    assert [listed["mail"][f"retain_{state}_seconds"] for state in ("done", "failed", "cancelled")] == [
+        7200, None, 604800,
+    ]  # fmt: skip
+
+
 def test_a_script_in_a_payload_or_an_error_is_escaped(db: Db, make_client: MakeClient) -> None:
     evil = "<script>alert(1)</script><img src=x onerror=alert(2)>"
     job_id = fail_for_good(db, "emails", evil)

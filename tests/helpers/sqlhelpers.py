@@ -172,7 +172,7 @@ MARKER_CHANNEL = "pgjobq_test_marker"
 def listen_to_queues(conn: psycopg.Connection[Any], queues: Iterable[str]) -> None:
     """LISTEN, on an autocommit connection, on jobq_<queue> for every queue, and on the marker channel.
 
-    The listener also waits on every valid queue name (jobq.wait, for an hour), as an idle worker
+    The listener also waits on every valid queue name (jobq.register_waiter, for an hour), as an idle worker
     does, so that enqueues notify it.  The names need not be valid queue names: a channel is any
     identifier, so a test can listen where a bad name would have notified.
     """
@@ -181,7 +181,9 @@ def listen_to_queues(conn: psycopg.Connection[Any], queues: Iterable[str]) -> No
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
     for queue in queues:
         if re.fullmatch(r"[a-z0-9_]{1,58}", queue):
-            registered = conn.execute("SELECT registered FROM jobq.wait(%s, 'listener', '1 hour')", (queue,))
+            registered = conn.execute(
+                "SELECT registered FROM jobq.register_waiter(%s, 'listener', '1 hour')", (queue,)
+            )
             assert registered.fetchone() == (True,), "no producer may be in flight while a listener registers"
 
 

@@ -89,7 +89,7 @@ def test_every_object_of_the_extension_has_a_comment(db: Db) -> None:
         "table jobq.jobs",
         "sequence jobq.jobs_id_seq",
         "index jobq.jobs_claim_idx",
-        "index jobq.jobs_running_failed_idx",
+        "index jobq.jobs_status_idx",
         "table jobq._waiters",
         "function jobq.wait(text,text,interval)",
         "function jobq.claim(text,integer,text,interval)",

@@ -261,24 +261,31 @@ def test_roles_given_a_level_before_the_upgrade_keep_it_with_the_new_functions(
             ).fetchall()
             worker_sees = scalar(conn, "SELECT jobq.version()")
             registered = scalar(conn, "SELECT registered FROM jobq.wait('emails', 'w1', '1 second')")
+            registered_anew = scalar(
+                conn, "SELECT registered FROM jobq.register_waiter('emails', 'w1', '1 second')"
+            )
 
     assert (claimed["id"], claimed["length"]) == (job_id, timedelta(minutes=5))
     assert (reaped, done) == ([], [{"id": job_id}])
     assert producer_sees == worker_sees == latest_version(db)
     assert registered is True  # 0.5.0's jobq.wait, granted to the worker by the upgrade
+    assert registered_anew is True  # its 0.10.0 name, granted to the worker by the upgrade
     # granted by an upgrade not run by a superuser: a dump would leave these grants out, and says so
     # (the step to 0.4.0 for both roles, the step to 0.5.0 for the worker's jobq.wait, the step to
     # 0.6.0 for both: their replaced functions and jobq.job; the step to 0.7.0 for both: the producer's
     # new jobq.enqueue and enqueue_flow, the worker's claim_any; the step to 0.8.0 for the worker's
     # jobq.metrics; the step to 0.9.0 for both: the producer's jobq.enqueue and the worker's jobq.fail,
-    # which gained task and retry)
-    to_040, to_050, to_060, to_070, to_080, to_090 = [message for message in warnings if "granted" in message]
+    # which gained task and retry; the step to 0.10.0 for the worker's jobq.register_waiter)
+    to_040, to_050, to_060, to_070, to_080, to_090, to_0100 = [
+        message for message in warnings if "granted" in message
+    ]
     assert producer in to_040 and worker in to_040
     assert worker in to_050 and producer not in to_050 and "jobq.wait" in to_050
     assert producer in to_060 and worker in to_060 and "jobq.enqueue" in to_060
     assert producer in to_070 and worker in to_070 and "enqueue_flow" in to_070
     assert worker in to_080 and producer not in to_080 and "jobq.metrics" in to_080
     assert producer in to_090 and worker in to_090 and "fail" in to_090
+    assert worker in to_0100 and producer not in to_0100 and "jobq.register_waiter" in to_0100
 
 
 @pytest.mark.main_targets  # the comparison is under test here, not the major

@@ -12,10 +12,12 @@ import psycopg
 import pytest
 from prometheus_client import CollectorRegistry, start_http_server
 from psycopg.rows import dict_row
+from throwaway_pg import ThrowawayPostgres
 
 import pgjobq
 from pgjobq.prometheus import QueueStateCollector, start_worker_metrics
 
+from helpers.databases import connect_as, fresh_database
 from helpers.processes import process_env, wait_until
 from helpers.sqlhelpers import Connect, Db, scalar
 from observability.scraping import Samples, free_port, scrape
@@ -132,6 +134,55 @@ def test_the_queue_state_endpoint_reports_age_pause_and_table_health(
         scraped = samples.value(family)
         assert scraped is not None and 0 < before[metric] <= scraped <= after[metric], (metric, scraped)
     assert samples.families["pgjobq_jobs"] == "gauge"
+
+
+def finish(db: Db, queue: str, n: int, finished_ago: timedelta) -> None:
+    """n new jobs of queue, claimed and completed, their finished_at moved finished_ago into the past."""
+    pgjobq.enqueue_many(db, queue, [{} for _ in range(n)])
+    for job in pgjobq.claim(db, queue, n, "w1"):
+        pgjobq.complete(db, job.id, job.lease)
+    db.execute("UPDATE jobq.jobs SET finished_at = now() - %s WHERE queue = %s", (finished_ago, queue))
+
+
+def test_the_queue_state_endpoint_reports_retention_and_index_size(db: Db, dsn: str) -> None:
+    # "short" keeps done jobs a minute: its 3 jobs done an hour ago are past their retention (no tick ran
+    # to delete them); "long" keeps them the default day: its 2 jobs done an hour ago are not
+    pgjobq.configure_queue(db, "short", retain_done=timedelta(minutes=1))
+    finish(db, "short", 3, timedelta(hours=1))
+    finish(db, "long", 2, timedelta(hours=1))
+    pgjobq.enqueue(db, "fresh", {})
+    port = free_port()
+    start_worker_metrics(port, dsn=dsn)
+
+    samples = scrape(port)
+
+    assert samples.value("pgjobq_queue_jobs_past_retention", queue="short") == 3
+    assert samples.value("pgjobq_queue_jobs_past_retention", queue="long") == 0
+    assert samples.value("pgjobq_queue_jobs_past_retention", queue="fresh") == 0
+    for queue in ("short", "long"):
+        age = samples.value("pgjobq_queue_oldest_finished_age_seconds", queue=queue)
+        assert age is not None and 3600 <= age < 3700, (queue, age)  # the hour, and the moments since
+    assert samples.value("pgjobq_queue_oldest_finished_age_seconds", queue="fresh") == 0
+    assert samples.value("pgjobq_table_index_size_bytes") == scalar(db, "SELECT pg_indexes_size('jobq.jobs')")
+    assert samples.families["pgjobq_queue_jobs_past_retention"] == "gauge"
+
+
+def test_on_extension_0_9_0_the_retention_gauges_have_no_samples_and_the_rest_is_exported(
+    db: Db, pg_server: ThrowawayPostgres
+) -> None:
+    with fresh_database(db) as dbname, connect_as(pg_server, dbname) as old:
+        old.execute("CREATE EXTENSION pgjobq VERSION '0.9.0'")
+        old.execute("SELECT jobq.enqueue('a', '{}')")
+        registry = CollectorRegistry()
+        collector = QueueStateCollector(pg_server.dsn(dbname), cache_seconds=0)
+        registry.register(collector)
+
+        runnable = registry.get_sample_value("pgjobq_jobs", {"queue": "a", "status": "runnable"})
+        past = registry.get_sample_value("pgjobq_queue_jobs_past_retention", {"queue": "a"})
+        index_bytes = registry.get_sample_value("pgjobq_table_index_size_bytes")
+        collector.close()
+
+    assert (runnable, past, index_bytes) == (1, None, None)
 
 
 def test_a_scrape_within_the_cache_time_reuses_the_last_answer(db: Db, dsn: str) -> None:

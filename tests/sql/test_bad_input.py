@@ -405,20 +405,55 @@ CLAIM_CASES = [
 ]
 
 WAIT_CASES = [
-    case("wait-null-queue", "SELECT * FROM jobq.wait(NULL, 'w1', '1 s')", "22004", "queue"),
-    case("wait-bad-queue", "SELECT * FROM jobq.wait('Default', 'w1', '1 s')", "22023", "queue"),
-    case("wait-null-worker", "SELECT * FROM jobq.wait('default', NULL, '1 s')", "22004", "worker"),
-    case("wait-empty-worker", "SELECT * FROM jobq.wait('default', '', '1 s')", "22023", "worker"),
     case(
-        "wait-201-character-worker",
-        "SELECT * FROM jobq.wait('default', %s, '1 s')",
+        "register-waiter-null-queue",
+        "SELECT * FROM jobq.register_waiter(NULL, 'w1', '1 s')",
+        "22004",
+        "queue",
+    ),
+    case(
+        "register-waiter-bad-queue",
+        "SELECT * FROM jobq.register_waiter('Default', 'w1', '1 s')",
+        "22023",
+        "queue",
+    ),
+    case(
+        "register-waiter-null-worker",
+        "SELECT * FROM jobq.register_waiter('default', NULL, '1 s')",
+        "22004",
+        "worker",
+    ),
+    case(
+        "register-waiter-empty-worker",
+        "SELECT * FROM jobq.register_waiter('default', '', '1 s')",
+        "22023",
+        "worker",
+    ),
+    case(
+        "register-waiter-201-character-worker",
+        "SELECT * FROM jobq.register_waiter('default', %s, '1 s')",
         "22023",
         "worker",
         "w" * 201,
     ),
-    case("wait-null-up-to", "SELECT * FROM jobq.wait('default', 'w1', NULL)", "22004", "up_to"),
-    case("wait-zero-up-to", "SELECT * FROM jobq.wait('default', 'w1', '0 s')", "22023", "up_to"),
-    case("wait-up-to-over-a-day", "SELECT * FROM jobq.wait('default', 'w1', '1 day 1 s')", "22023", "up_to"),
+    case(
+        "register-waiter-null-up-to",
+        "SELECT * FROM jobq.register_waiter('default', 'w1', NULL)",
+        "22004",
+        "up_to",
+    ),
+    case(
+        "register-waiter-zero-up-to",
+        "SELECT * FROM jobq.register_waiter('default', 'w1', '0 s')",
+        "22023",
+        "up_to",
+    ),
+    case(
+        "register-waiter-up-to-over-a-day",
+        "SELECT * FROM jobq.register_waiter('default', 'w1', '1 day 1 s')",
+        "22023",
+        "up_to",
+    ),
 ]
 
 # complete, heartbeat, release, fail and snooze take (id, lease) and refuse alike.
@@ -626,6 +661,25 @@ JOB_OPTION_CASES = [
         "22023",
         "on_conflict",
     ),
+    # 0.10.0: what to do with a key's holder, given without a key
+    case(
+        "enqueue-on-conflict-without-a-unique-key",
+        "SELECT jobq.enqueue('default', '{}', on_conflict => 'skip')",
+        "22023",
+        "on_conflict",
+    ),
+    case(
+        "enqueue-unique-scope-without-a-unique-key",
+        "SELECT jobq.enqueue('default', '{}', unique_scope => 'until_done')",
+        "22023",
+        "unique_scope",
+    ),
+    case(
+        "enqueue-with-a-concurrency-key-on-conflict-without-a-unique-key",
+        "SELECT jobq.enqueue('default', '{}', concurrency_key => 'k', on_conflict => 'replace')",
+        "22023",
+        "on_conflict",
+    ),
     case(
         "enqueue-array-headers", "SELECT jobq.enqueue('default', '{}', headers => '[1]')", "22023", "headers"
     ),
@@ -719,6 +773,18 @@ JOB_OPTION_CASES = [
         " on_conflict => 'x')",
         "22023",
         "on_conflict",
+    ),
+    case(
+        "enqueue-many-on-conflict-without-unique-keys",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], on_conflict => 'raise')",
+        "22023",
+        "on_conflict",
+    ),
+    case(
+        "enqueue-many-unique-scope-without-unique-keys",
+        "SELECT jobq.enqueue_many('default', ARRAY['{}']::jsonb[], unique_scope => 'until_done')",
+        "22023",
+        "unique_scope",
     ),
     case(
         "enqueue-many-array-headers",
@@ -970,6 +1036,31 @@ CONFIGURE_CASES = [
         for setting, values in CONFIGURE_BAD_VALUES.items()
         for value in values
     ],
+    # 0.10.0: a backoff_base above the backoff_max the queue would have (given, else kept, else 300 s)
+    case(
+        "configure-backoff-base-above-the-default-max",
+        "SELECT * FROM jobq.configure_queue('emails', backoff_base => '10 minutes')",
+        "22023",
+        "backoff_base",
+    ),
+    case(
+        "configure-backoff-base-above-the-max-given-with-it",
+        "SELECT * FROM jobq.configure_queue('emails', backoff_base => '2 s', backoff_max => '1 s')",
+        "22023",
+        "backoff_base",
+    ),
+    case(
+        "configure-backoff-max-below-the-default-base",
+        "SELECT * FROM jobq.configure_queue('emails', backoff_max => '0.5 s')",
+        "22023",
+        "backoff_max",
+    ),
+    case(
+        "configure-backoff-base-above-the-default-max-of-a-new-queue",
+        "SELECT * FROM jobq.configure_queue('reports', backoff_base => '1 hour')",
+        "22023",
+        "backoff_base",
+    ),
     case(
         "configure-null-unset",
         "SELECT * FROM jobq.configure_queue('emails', unset => NULL)",

@@ -1,4 +1,4 @@
-"""Wake-ups: jobq.wait registers a waiting worker; enqueues notify jobq_<queue> only while one waits."""
+"""Wake-ups: jobq.register_waiter registers a waiting worker; enqueues notify jobq_<queue> while one waits."""
 
 from __future__ import annotations
 
@@ -22,13 +22,16 @@ from helpers.sqlhelpers import (
 def listener(
     connect: Connect, *queues: str, waiting: bool = True, up_to: str = "1 hour"
 ) -> psycopg.Connection[Any]:
-    """A separate autocommit connection listening on the channels of queues, waiting on each (jobq.wait)."""
+    """A separate autocommit connection listening on the channels of queues, registered as waiting on each."""
     conn = connect()
     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(MARKER_CHANNEL)))  # for channels_heard
     for queue in queues:
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(f"jobq_{queue}")))
         if waiting:
-            assert scalar(conn, "SELECT registered FROM jobq.wait(%s, 'ears', %s)", (queue, up_to)) is True
+            assert (
+                scalar(conn, "SELECT registered FROM jobq.register_waiter(%s, 'ears', %s)", (queue, up_to))
+                is True
+            )
     return conn
 
 
@@ -100,7 +103,7 @@ def test_a_claim_that_finds_nothing_leaves_the_worker_waiting(db: Db, connect: C
 def test_a_claim_ends_only_the_claiming_workers_wait(db: Db, connect: Connect) -> None:
     enqueue(db)
     listener(connect, "default", "emails")
-    db.execute("SELECT jobq.wait('default', 'other', '1 hour')")
+    db.execute("SELECT jobq.register_waiter('default', 'other', '1 hour')")
 
     db.execute("SELECT * FROM jobq.claim('default', 1, 'ears')")
 
@@ -108,9 +111,9 @@ def test_a_claim_ends_only_the_claiming_workers_wait(db: Db, connect: Connect) -
 
 
 def test_waiting_again_extends_the_workers_one_registration(db: Db) -> None:
-    db.execute("SELECT jobq.wait('default', 'w1', '1 second')")
+    db.execute("SELECT jobq.register_waiter('default', 'w1', '1 second')")
 
-    db.execute("SELECT jobq.wait('default', 'w1', '1 hour')")
+    db.execute("SELECT jobq.register_waiter('default', 'w1', '1 hour')")
 
     (row,) = db.execute(
         "SELECT until - statement_timestamp() > interval '59 minutes' AS long FROM jobq._waiters"
@@ -162,9 +165,9 @@ def test_a_wait_is_refused_while_a_producer_of_the_queue_is_in_flight(db: Db, co
     producer = connect(autocommit=False)
     enqueue(producer)
 
-    in_flight = scalar(db, "SELECT registered FROM jobq.wait('default', 'w1', '1 second')")
+    in_flight = scalar(db, "SELECT registered FROM jobq.register_waiter('default', 'w1', '1 second')")
     producer.commit()
-    after = scalar(db, "SELECT registered FROM jobq.wait('default', 'w1', '1 second')")
+    after = scalar(db, "SELECT registered FROM jobq.register_waiter('default', 'w1', '1 second')")
 
     assert (in_flight, after) == (False, True)
 
@@ -173,7 +176,7 @@ def test_a_producer_of_another_queue_does_not_hold_a_wait_back(db: Db, connect: 
     producer = connect(autocommit=False)
     enqueue(producer, "emails")
 
-    assert scalar(db, "SELECT registered FROM jobq.wait('default', 'w1', '1 second')") is True
+    assert scalar(db, "SELECT registered FROM jobq.register_waiter('default', 'w1', '1 second')") is True
 
 
 def test_a_wait_tells_the_earliest_future_run_at_of_the_queue_across_priorities(db: Db) -> None:
@@ -183,13 +186,13 @@ def test_a_wait_tells_the_earliest_future_run_at_of_the_queue_across_priorities(
     enqueue(db, priority=7)  # runnable now: not in the future
     enqueue(db, "other", run_at=scalar(db, "SELECT now() + interval '1 minute'"))
 
-    assert scalar(db, "SELECT next_run_at FROM jobq.wait('default', 'w1', '1 second')") == soonest
+    assert scalar(db, "SELECT next_run_at FROM jobq.register_waiter('default', 'w1', '1 second')") == soonest
 
 
 def test_a_wait_on_a_queue_without_future_jobs_tells_no_run_at(db: Db) -> None:
     enqueue(db)
 
-    assert scalar(db, "SELECT next_run_at FROM jobq.wait('default', 'w1', '1 second')") is None
+    assert scalar(db, "SELECT next_run_at FROM jobq.register_waiter('default', 'w1', '1 second')") is None
 
 
 def test_enqueue_many_of_100000_jobs_sends_one_notification(db: Db, connect: Connect) -> None:
@@ -267,3 +270,22 @@ def test_the_channel_of_the_longest_queue_name_is_a_valid_identifier(db: Db, con
 
     assert len(channel) == 63  # NAMEDATALEN - 1: LISTEN would truncate anything longer
     assert channels_heard(ears) == Counter({channel: 1})
+
+
+def test_the_deprecated_three_argument_wait_registers_as_register_waiter_does(
+    db: Db, connect: Connect
+) -> None:
+    ears = listener(connect, "default", waiting=False)
+    registered = scalar(ears, "SELECT registered FROM jobq.wait('default', 'ears', '1 hour')")
+
+    enqueue(db)
+
+    assert registered is True
+    assert waiters(db) == [("default", "ears")]
+    assert channels_heard(ears) == Counter({"jobq_default": 1})
+
+
+def test_the_deprecated_wait_says_so_and_names_its_replacement(db: Db) -> None:
+    comment = scalar(db, "SELECT obj_description('jobq.wait(text, text, interval)'::regprocedure)")
+
+    assert "Deprecated since 0.10.0, removed in 0.11.0: use jobq.register_waiter" in comment

@@ -9,6 +9,7 @@ from helpers.sqlhelpers import (
     enqueue,
     listen_to_queues,
     notifications_before_marker,
+    record_notices,
     scalar,
 )
 
@@ -129,3 +130,33 @@ def test_resume_of_a_queue_never_paused_changes_nothing(db: Db) -> None:
     db.execute("SELECT jobq.resume('default')")
 
     assert scalar(db, "SELECT count(*) FROM jobq.queue_settings") == 0
+
+
+def test_pausing_a_queue_that_never_existed_pauses_it_and_says_so(db: Db) -> None:
+    notices = record_notices(db)
+
+    db.execute("SELECT jobq.pause('reports')")
+    enqueue(db, "reports")
+
+    assert claimed_ids(db, "reports") == []
+    assert notices == ["queue 'reports' has no settings, jobs or schedules yet: paused all the same"]
+
+
+def test_pausing_a_queue_known_by_its_finished_jobs_alone_says_nothing(db: Db) -> None:
+    enqueue(db, "reports")
+    claimed = claim_one(db, "reports")
+    db.execute("SELECT jobq.complete(%s, %s)", (claimed["id"], claimed["lease"]))
+    notices = record_notices(db)
+
+    db.execute("SELECT jobq.pause('reports')")
+
+    assert notices == []
+
+
+def test_pausing_the_queue_of_a_schedule_before_its_first_job_says_nothing(db: Db) -> None:
+    db.execute("SELECT * FROM jobq.schedule('nightly', 'reports', every => '1 day')")
+    notices = record_notices(db)
+
+    db.execute("SELECT jobq.pause('reports')")
+
+    assert notices == []

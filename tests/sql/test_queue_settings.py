@@ -88,6 +88,9 @@ DEFAULTS = {
     "key_order": "priority",
     "rate_limit": None,
     "rate_interval": None,
+    "retain_done": timedelta(days=1),
+    "retain_failed": timedelta(days=14),
+    "retain_cancelled": timedelta(days=7),
 }
 
 

@@ -197,16 +197,28 @@ def test_a_burst_worker_whose_claim_finds_nothing_and_holds_nothing_is_drained()
 
 
 @pytest.mark.parametrize(
-    ("version", "claim", "complete_and_claim"),
-    [("0.8.0", "claim_0_8", "complete_and_claim_0_8"), ("0.9.0", "claim", "complete_and_claim")],
+    ("version", "queues", "register"),
+    [
+        ("0.9.0", ["q"], "wait"),
+        ("0.9.0", ["q", "r"], "wait_any"),
+        ("0.10.0", ["q"], "register_waiter"),
+        ("0.10.0", ["q", "r"], "register_waiter_any"),
+    ],
 )
-def test_the_claim_statements_are_those_of_the_extension_version_connected_to(
-    version: str, claim: str, complete_and_claim: str
+def test_the_registration_as_waiting_has_the_name_of_the_extension_version_connected_to(
+    version: str, queues: list[str], register: str
 ) -> None:
-    worker = core(version)
-    drive(worker.claim(), Script((claim, [])))
-    succeed(worker, job(1))
-    drive(worker.claim(), Script((complete_and_claim, ({1}, []))))
+    worker = listening(core(version, queue=queues))
+    script = Script(
+        ("DropWakeUps", None),
+        (register, (True, None, None)),
+        ("claim_any" if len(queues) > 1 else "claim", []),
+        ("Sleep", False),
+    )
+
+    drive(worker.wait_for_work(), script)
+
+    assert script.done()
 
 
 def test_a_row_of_0_9_0_gives_its_job_its_task_and_headers_read_as_an_empty_dict_when_null() -> None:
@@ -214,12 +226,6 @@ def test_a_row_of_0_9_0_gives_its_job_its_task_and_headers_read_as_an_empty_dict
 
     assert (claimed.id, claimed.payload, claimed.headers, claimed.task) == (4, {"n": 4}, {}, "send_welcome")
     assert (claimed._lease_seconds, claimed._waited) == (60.0, 0.5)
-
-
-def test_a_row_of_0_8_0_has_no_task() -> None:
-    (claimed,) = FEATURES["0.8.0"].jobs([claimed_row(4)[:-1]])
-
-    assert (claimed.id, claimed.lease, claimed.headers, claimed.task) == (4, 40, {}, None)
 
 
 def test_complete_and_claims_rows_tell_the_acknowledged_ids_from_the_jobs_claimed() -> None:
@@ -295,18 +301,6 @@ def test_discard_raised_from_an_error_records_the_reason_and_that_errors_first_l
     )
 
 
-def test_discard_on_0_8_0_is_a_plain_failure_said_once(caplog: pytest.LogCaptureFixture) -> None:
-    worker = core("0.8.0")
-    fail(worker, job(1), Discard("bad input"))
-    fail(worker, job(2), Discard("bad input"))
-    script = Script(("fail", ("queued", NOW)), ("fail", ("queued", NOW)))
-
-    drive(worker.report_failures(), script)
-
-    assert script.params(0)["retry_in"] is None
-    assert caplog.text.count("cannot fail a job for good") == 1
-
-
 def test_an_unknown_task_is_handed_back_on_0_9_0_without_spending_its_attempt() -> None:
     outcomes = Outcomes()
     worker = core("0.9.0", observers=[outcomes])
@@ -329,16 +323,6 @@ def test_an_unknown_task_past_its_grace_ends_failed() -> None:
     drive(worker.report_failures(), Script(("hand_back", "failed")))
 
     assert outcomes.seen == [(1, "failed")]
-
-
-def test_an_unknown_task_is_snoozed_for_its_retry_in_on_0_8_0() -> None:
-    worker = core("0.8.0")
-    fail(worker, job(1, task="t"), UnknownTask("t", retry_in=30, grace=3600))
-    script = Script(("snooze", NOW))
-
-    drive(worker.report_failures(), script)
-
-    assert script.params(0)["delay"] == timedelta(seconds=30)
 
 
 def test_an_unknown_task_is_warned_about_once_a_minute_per_task_name(
@@ -511,18 +495,15 @@ def test_a_role_refused_jobq_reap_stops_reaping_and_still_ticks() -> None:
 
 
 def test_an_extension_upgraded_while_the_worker_runs_gives_it_the_new_statements_at_the_next_reap() -> None:
-    worker = core(version="0.8.0")
-    assert worker.features.claim == "claim_0_8"
+    worker = listening(core(version="0.9.0"))
 
-    drive(worker.reap_and_tick(), Script(("reap", []), ("tick", 0), ("running_version", "0.9.0")))
+    drive(worker.reap_and_tick(), Script(("reap", []), ("tick", 0), ("running_version", "0.10.0")))
 
-    assert (worker.features.version, worker.features.claim, worker.features.hand_back) == (
-        "0.9.0",
-        "claim",
-        True,
+    assert worker.features.version == "0.10.0"
+    script = Script(
+        ("DropWakeUps", None), ("register_waiter", (True, None, None)), ("claim", []), ("Sleep", False)
     )
-    script = Script(("claim", []))
-    drive(worker.claim(), script)
+    drive(worker.wait_for_work(), script)
     assert script.done()
 
 

@@ -14,11 +14,13 @@ planned (the first read of a table's row type in a session locks the table), is 
 and succeeds.  The step's re-definition of complete_and_claim, claim_any and complete_many (for sessions
 that ran them before the update: test_sessions_across_the_update.py) cannot reach a statement in flight.
 
-The first tests show this on plain sessions, with the statements this release's worker sends to 0.8.0
-(queries.sql), so that they fail loudly should PostgreSQL or the step ever behave otherwise.  The rest
-show a real worker of this release whose acknowledgement is caught so: it logs that the database's pgjobq
-changed under a statement (pgjobq._worker.connections.CHANGED_UNDER), keeps running, reconnects, sends
-the acknowledgement again, every job ends done and run once, and it exits 0 on SIGTERM.
+The first tests show this on plain sessions, with the statements a worker sends to 0.8.0 (STATEMENTS_0_8,
+which pgjobq-py 1.0.0 and 1.1.0 sent; this release no longer accepts 0.8.0), so that they fail loudly
+should PostgreSQL or the step ever behave otherwise.  The rest show a real worker of the previous release
+(the upgrade fixtures' venv: the last release that accepts 0.8.0, and whose worker therefore meets this
+step) whose acknowledgement is caught so: it logs that the database's pgjobq changed under a statement
+(pgjobq._worker.connections.CHANGED_UNDER, which this release keeps), keeps running, reconnects, sends the
+acknowledgement again, every job ends done and run once, and it exits 0 on SIGTERM.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ import pytest
 from psycopg import sql
 from throwaway_pg import ThrowawayPostgres
 from upgrade.handlers import RUNS_DDL
+from upgrade.releases import ReleaseVenv
 
 from pgjobq._queries import query
 
 from helpers.databases import connect_as, fresh_database
-from helpers.processes import pgjobq_command, process_env, wait_until
+from helpers.processes import process_env, wait_until
 from helpers.sqlhelpers import Db, scalar
 
 # the step whose jobq.jobs gained a column: released history, so these tests keep to it whatever comes after
@@ -59,12 +62,33 @@ CAUGHT = (
 ACKNOWLEDGE = "jobq._acknowledge(bigint[],bigint[],jsonb[])"
 CLAIM = "jobq.claim(text,integer,text,interval)"
 
+# The statements pgjobq-py 1.0.0 and 1.1.0 sent to extension 0.8.0, whose jobs have no task (they were
+# in queries.sql until pgjobq-py 1.2.0 dropped 0.8.0); complete_many is still this release's own.
+CLAIMED_0_8 = """id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
+       extract(epoch FROM lease_expires_at - locked_at)::float8,
+       extract(epoch FROM locked_at - run_at)::float8,
+       headers"""
+STATEMENTS_0_8 = {
+    "claim_0_8": f"SELECT {CLAIMED_0_8}"
+    " FROM jobq.claim(%(queue)s, %(n)s, %(worker)s, %(lease_timeout)s::interval)",
+    "claim_any_0_8": f"SELECT {CLAIMED_0_8}"
+    " FROM jobq.claim_any(%(queues)s::text[], %(n)s, %(worker)s, %(lease_timeout)s::interval)",
+    "complete_and_claim_0_8": """
+SELECT status, id, queue, CASE WHEN status = 'running' THEN payload END AS payload,
+       priority, attempts, coalesce(max_attempts, 3), lease,
+       CASE WHEN status = 'running' THEN extract(epoch FROM lease_expires_at - locked_at)::float8 END,
+       CASE WHEN status = 'running' THEN extract(epoch FROM locked_at - run_at)::float8 END,
+       CASE WHEN status = 'running' THEN headers END AS headers
+  FROM jobq.complete_and_claim(%(ids)s::bigint[], %(leases)s::bigint[], %(queue)s, %(n)s, %(worker)s,
+                               %(lease_timeout)s::interval, results => %(results)s::jsonb[])""",
+}
+
 
 @dataclass(frozen=True)
 class Case:
-    """A statement this release's worker sends to extension 0.8.0 (queries.sql), its parameters (held: a
-    job claimed for it to settle), and what it gets when caught by the update in a session that ran it
-    before: "ok", or the error and the innermost function that raised it."""
+    """A statement a worker sends to extension 0.8.0 (STATEMENTS_0_8, else queries.sql), its parameters
+    (held: a job claimed for it to settle), and what it gets when caught by the update in a session that
+    ran it before: "ok", or the error and the innermost function that raised it."""
 
     statement: str
     parameters: Callable[[Held], dict[str, Any]]
@@ -126,7 +150,7 @@ def outcome(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any
     """ "ok", or the error the statement raised: its SQLSTATE, first line and detail, and the innermost
     PL/pgSQL function it was raised in."""
     try:
-        conn.execute(query(statement), params).fetchall()
+        conn.execute(STATEMENTS_0_8.get(statement) or query(statement), params).fetchall()
     except psycopg.Error as exc:
         context = exc.diag.context or ""
         where = context.split("PL/pgSQL function ", 1)[1].split(" ", 1)[0] if "PL/pgSQL" in context else "?"
@@ -316,8 +340,9 @@ JOBS_AND_RUNS = """
 """
 
 
-def run_caught_worker(server: ThrowawayPostgres, log_path: Path) -> CaughtRun:
-    """A worker of this release at FROM_VERSION whose acknowledgement the update catches, then jobs after it.
+def run_caught_worker(server: ThrowawayPostgres, log_path: Path, pgjobq: Path) -> CaughtRun:
+    """A worker (the pgjobq command pgjobq) at FROM_VERSION whose acknowledgement the update catches, then
+    jobs after it.
 
     In a database of its own (with the handler's table runs, and FINISH_GATE): two jobs, so that the
     worker's session has run complete_and_claim; then, with GATE held, a job whose handler starts and waits
@@ -356,7 +381,7 @@ def run_caught_worker(server: ThrowawayPostgres, log_path: Path) -> CaughtRun:
             return ids
 
         process = subprocess.Popen(
-            pgjobq_command("worker", HANDLER, *WORKER_OPTIONS),
+            [str(pgjobq), "worker", HANDLER, *WORKER_OPTIONS],
             env=process_env(server.dsn(dbname), PGJOBQ_WORKER_NAME=WORKER),
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -414,9 +439,12 @@ def run_caught_worker(server: ThrowawayPostgres, log_path: Path) -> CaughtRun:
 
 
 @pytest.fixture(scope="module")
-def caught_run(pg_server: ThrowawayPostgres, tmp_path_factory: pytest.TempPathFactory) -> CaughtRun:
-    """The run of run_caught_worker, made once for the tests below."""
-    return run_caught_worker(pg_server, tmp_path_factory.mktemp("caught") / f"worker-{WORKER}.log")
+def caught_run(
+    pg_server: ThrowawayPostgres, tmp_path_factory: pytest.TempPathFactory, previous_venv: ReleaseVenv
+) -> CaughtRun:
+    """The run of run_caught_worker, with the previous release's worker, made once for the tests below."""
+    log_path = tmp_path_factory.mktemp("caught") / f"worker-{WORKER}.log"
+    return run_caught_worker(pg_server, log_path, previous_venv.pgjobq)
 
 
 @ONE_RUN

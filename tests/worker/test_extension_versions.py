@@ -3,10 +3,11 @@
 A release supports the extension version it was made for and the one before
 it (pgjobq._version.SUPPORTED_EXTENSION_VERSIONS), so that its workers keep
 working while the database is upgraded.  The tests here install the one
-before (``CREATE EXTENSION pgjobq VERSION '0.8.0'``, which has no tasks, no
-``jobq.fail(retry => false)`` and no ``jobq.hand_back``) and check that both
-workers pick that version's statements and outcomes when they connect; the
-rest of tests/worker runs them on the current one.  A worker that meets a
+before (``CREATE EXTENSION pgjobq VERSION '0.9.0'``, whose registration as a
+waiting worker is named ``jobq.wait(queue, worker, up_to)``, not
+``jobq.register_waiter``) and check that both workers pick that version's
+statements when they connect; the rest of tests/worker runs them on the
+current one.  A worker that meets a
 version it does not support, or no pgjobq at all, says so and keeps trying
 with its reconnect backoff (an upgrade may be under way), and starts once
 the database is upgraded.
@@ -33,8 +34,8 @@ from helpers.handlers import EXECUTIONS_DDL
 from helpers.processes import StartWorker, wait_until
 from helpers.sqlhelpers import Db, enqueue, fill, scalar, statuses
 
-PREVIOUS = SUPPORTED_EXTENSION_VERSIONS[0]  # "0.8.0"
-UNSUPPORTED = "0.7.0"
+PREVIOUS, CURRENT = SUPPORTED_EXTENSION_VERSIONS  # "0.9.0", "0.10.0"
+UNSUPPORTED = "0.8.0"
 
 FAST: dict[str, Any] = {
     "poll_interval": 0.05,
@@ -80,18 +81,65 @@ KINDS = ["sync", "async"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_worker_runs_the_jobs_of_a_database_at_the_previous_version_whose_jobs_have_no_task(
+def test_a_worker_runs_the_jobs_of_a_database_at_the_previous_version_with_their_tasks(
     previous: tuple[Db, str], kind: str
 ) -> None:
     conn, dsn = previous
-    fill(conn, 25)
+    fill(conn, 20)
+    enqueue(conn, task="send_welcome")
     tasks: list[str | None] = []
 
     worker = run_burst(kind, dsn, lambda job: tasks.append(job.task))
 
-    assert statuses(conn) == {"done": 25}
-    assert worker.processed == 25
-    assert tasks == [None] * 25
+    assert statuses(conn) == {"done": 21}
+    assert worker.processed == 21
+    assert sorted(tasks, key=str) == [*[None] * 20, "send_welcome"]
+
+
+def idle_worker_registers(kind: str, dsn: str, conn: Db) -> bool:
+    """Whether a Worker or an AsyncWorker (kind) on queue default, listening and idle, registers as
+    waiting (a row of jobq._waiters); the worker is stopped afterwards."""
+    settings = WorkerSettings(poll_interval=0.2, reap_interval=0.2)
+    stop: Callable[[], None]
+    if kind == "sync":
+        worker = Worker(dsn, lambda job: None, settings)
+        thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+        stop = worker.stop
+    else:
+
+        async def handle(job: Job) -> None:
+            return None
+
+        async_worker = AsyncWorker(dsn, handle, settings)
+        thread = threading.Thread(target=asyncio.run, args=(async_worker.run(install_signal_handlers=False),))
+        stop = async_worker.stop
+    thread.start()
+    try:
+        return wait_until(lambda: scalar(conn, "SELECT count(*) FROM jobq._waiters") > 0, timeout=30)
+    finally:
+        stop()
+        thread.join(30)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_idle_worker_at_the_previous_version_registers_under_that_versions_name(
+    previous: tuple[Db, str], kind: str
+) -> None:
+    conn, dsn = previous
+    assert scalar(conn, "SELECT to_regprocedure('jobq.register_waiter(text, text, interval)')") is None
+
+    assert idle_worker_registers(kind, dsn, conn)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_idle_worker_at_the_current_version_registers_without_the_deprecated_name(
+    db: Db, pg_server: ThrowawayPostgres, kind: str
+) -> None:
+    with installed_at(db, pg_server, CURRENT) as (conn, dsn):
+        conn.execute("ALTER EXTENSION pgjobq DROP FUNCTION jobq.wait(text, text, interval)")
+        conn.execute("DROP FUNCTION jobq.wait(text, text, interval)")
+
+        assert idle_worker_registers(kind, dsn, conn)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -113,9 +161,7 @@ def test_a_worker_acknowledges_on_its_next_claim_at_the_previous_version(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_discard_at_the_previous_version_fails_the_attempt_as_any_failure_and_says_so(
-    previous: tuple[Db, str], kind: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_discard_at_the_previous_version_fails_the_job_for_good(previous: tuple[Db, str], kind: str) -> None:
     conn, dsn = previous
     job_id = enqueue(conn, max_attempts=3)
 
@@ -124,13 +170,12 @@ def test_discard_at_the_previous_version_fails_the_attempt_as_any_failure_and_sa
 
     run_burst(kind, dsn, handler)
 
-    row = conn.execute("SELECT status, attempts, last_error FROM jobq.jobs WHERE id = %s", (job_id,))
-    assert row.fetchone() == {"status": "queued", "attempts": 1, "last_error": "bad input"}
-    assert "cannot fail a job for good" in caplog.text
+    row = conn.execute("SELECT status, attempts FROM jobq.jobs WHERE id = %s", (job_id,))
+    assert row.fetchone() == {"status": "failed", "attempts": 1}
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_an_unknown_task_at_the_previous_version_is_snoozed_without_spending_its_attempt(
+def test_an_unknown_task_at_the_previous_version_is_handed_back_without_spending_its_attempt(
     previous: tuple[Db, str], kind: str
 ) -> None:
     conn, dsn = previous

@@ -65,12 +65,12 @@ def test_a_worker_refused_a_registration_by_a_producer_in_flight_claims_again_so
 
 @pytest.fixture
 def role_without_wait(db: Db) -> Iterator[str]:
-    """A login role given the worker level (jobq.grant_worker) less jobq.wait."""
+    """A login role given the worker level (jobq.grant_worker) less jobq.register_waiter."""
     role = f"jobq_worker_{uuid.uuid4().hex[:8]}"
     db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
     db.execute("SELECT jobq.grant_worker(%s)", (role,))
     db.execute(
-        sql.SQL("REVOKE EXECUTE ON FUNCTION jobq.wait(text, text, interval) FROM {}").format(
+        sql.SQL("REVOKE EXECUTE ON FUNCTION jobq.register_waiter(text, text, interval) FROM {}").format(
             sql.Identifier(role)
         )
     )

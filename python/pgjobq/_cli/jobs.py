@@ -18,7 +18,6 @@ from pgjobq._cli.common import (
     json_object,
     json_option,
     option,
-    versioned_connection,
 )
 from pgjobq._cli.output import echo_fields, echo_table, fields, json_value
 from pgjobq._client import sync as client
@@ -224,15 +223,6 @@ def jobs() -> None:
     """List jobs, or show one with its payload, headers, result and error."""
 
 
-def _has_tasks(version: str) -> bool:
-    """Whether the jobs of extension version have a task (TASKS_SINCE and later)."""
-
-    def numbers(text: str) -> tuple[int, ...]:
-        return tuple(int(part) for part in text.split("."))
-
-    return numbers(version) >= numbers(TASKS_SINCE)
-
-
 @jobs.command("list")
 @dsn_option
 @json_option
@@ -276,20 +266,13 @@ def jobs_list(
     --before that shows the next page.  --json prints a JSON array of objects.
     """  # fmt: skip
     params = {"queue": queue, "statuses": list(statuses) or None, "before": before, "limit": limit}
-    with versioned_connection(dsn) as (conn, version), conn.cursor(row_factory=dict_row) as cur:
-        with_tasks = _has_tasks(version)
-        if task is not None and not with_tasks:
-            raise click.ClickException(
-                f"--task needs the pgjobq extension {TASKS_SINCE} or later, and this database has {version} "
-                "(ALTER EXTENSION pgjobq UPDATE; for a plain-SQL install, pgjobq sql upgrade | psql)"
-            )
-        statement = query("list_jobs") if with_tasks else query("list_jobs_0_8")
-        rows = cur.execute(statement, {**params, "task": task} if with_tasks else params).fetchall()
+    with connection(dsn) as conn, conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("list_jobs"), {**params, "task": task}).fetchall()
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=json_value, ensure_ascii=False))
     else:
-        header = ("id", "queue", "status", "attempts", "priority", "run at / finished", "worker",
-                  *(("task",) if with_tasks else ()), "last error")  # fmt: skip
+        header = ("id", "queue", "status", "attempts", "priority", "run at / finished", "worker", "task",
+                  "last error")  # fmt: skip
         echo_table(
             header,
             [
@@ -301,7 +284,7 @@ def jobs_list(
                     str(r["priority"]),
                     _moment(r["finished_at"] or r["run_at"]),
                     r["locked_by"] or "-",
-                    *((r["task"] or "-",) if with_tasks else ()),
+                    r["task"] or "-",
                     _one_line(r["last_error"]),
                 )
                 for r in rows
@@ -324,16 +307,14 @@ def jobs_show(job_id: int, dsn: str, as_json: bool) -> None:
     level) gets what jobq.job tells, without the priority, payload, headers and lease, and a
     line on stderr saying so.  pgjobq job ID is an alias of this command.
     """  # fmt: skip
-    with versioned_connection(dsn) as (conn, version):
-        with_tasks = _has_tasks(version)
+    with connection(dsn) as conn:
         try:
             with conn.cursor(row_factory=dict_row) as cur:
-                statement = query("show_job") if with_tasks else query("show_job_0_8")
-                row = cur.execute(statement, {"id": job_id}).fetchone()
+                row = cur.execute(query("show_job"), {"id": job_id}).fetchone()
             partial = False
         except psycopg.errors.InsufficientPrivilege:  # no SELECT on jobq.jobs; jobq.job may still answer
             state = fields(client.job(conn, job_id))
-            row = {name: state[name] for name in _STATE_FIELDS if with_tasks or name != "task"}
+            row = {name: state[name] for name in _STATE_FIELDS}
             partial = True
     if row is None:  # jobq.job found it, then it was purged
         raise click.ClickException(f"id {job_id}: no such job")

@@ -64,8 +64,10 @@ def json_value(value: object) -> object:
 
 
 def duration(value: timedelta | None) -> str:
-    """A duration as "Ns" ("-": none)."""
-    return "-" if value is None else f"{value.total_seconds():g}s"
+    """A duration as "Ns", N without exponent or trailing zeros ("1209600s", "0.5s"; "-": none)."""
+    if value is None:
+        return "-"
+    return f"{f'{value.total_seconds():.6f}'.rstrip('0').rstrip('.')}s"
 
 
 def yes_no(value: bool) -> str:

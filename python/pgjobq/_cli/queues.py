@@ -142,16 +142,18 @@ def health(dsn: str, as_json: bool) -> None:
 @json_option
 def queues(dsn: str, as_json: bool) -> None:
     """Every configured queue and every queue with jobs in flight: its jobs queued, running and waiting
-    (for parents), its settings and its limits."""  # fmt: skip
+    (for parents), its settings, its limits and its retention (done/failed/cancelled; -: until
+    purged)."""  # fmt: skip
     with connection(dsn) as conn:
         rows = client.queue_overview(conn)
     if as_json:
         click.echo(json.dumps([fields(row) for row in rows], indent=2, default=json_value))
         return
-    # the columns of 0.6.0 first (scripts read them by position), then the counts and the limits
+    # the columns of 0.6.0 first (scripts read them by position), then the counts, the limits and the
+    # retention (done/failed/cancelled)
     header = ("queue", "paused", "max attempts", "backoff base", "backoff max", "jitter", "lease", "timeout",
               "configured", "queued", "running", "waiting", "concurrency", "per key", "key order",
-              "rate")  # fmt: skip
+              "rate", "retention")  # fmt: skip
     echo_table(
         header,
         [
@@ -172,6 +174,7 @@ def queues(dsn: str, as_json: bool) -> None:
                 _limit(r.key_concurrency),
                 r.key_order,
                 _rate(r.rate_limit, r.rate_interval),
+                "/".join(_span(kept) for kept in (r.retain_done, r.retain_failed, r.retain_cancelled)),
             )
             for r in rows
         ],
@@ -187,6 +190,17 @@ def _rate(limit: int | None, interval: timedelta | None) -> str:
     if limit is None:
         return "-"
     return f"{limit}/{duration(interval)}"
+
+
+def _span(value: timedelta | None) -> str:
+    """A retention in its largest whole unit ("1d", "36h", "90m", "0s"; else seconds); "-": until purged."""
+    if value is None:
+        return "-"
+    seconds = value.total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size:.0f}{unit}"
+    return duration(value)
 
 
 def _queue_setting(flag: str, help: str, **attributes: Any) -> Callable[[F], F]:
@@ -248,6 +262,30 @@ def _queue_setting(flag: str, help: str, **attributes: Any) -> Callable[[F], F]:
     type=SECONDS,
 )
 @_queue_setting(
+    "--retain-done",
+    "Seconds a done job is kept after it finished; then the workers' tick deletes it (0 to 10 years; "
+    "default 86400, a day).",
+    type=SECONDS,
+)
+@_queue_setting(
+    "--retain-failed",
+    "Seconds a failed job (a dead letter) is kept after it failed (0 to 10 years; default 1209600, "
+    "two weeks).",
+    type=SECONDS,
+)
+@_queue_setting(
+    "--retain-cancelled",
+    "Seconds a cancelled job is kept after it was cancelled (0 to 10 years; default 604800, 7 days).",
+    type=SECONDS,
+)
+@_queue_setting(
+    "--keep-forever",
+    "A final state whose jobs are kept until purged (repeatable; the variable takes states separated "
+    "by spaces); replaces the queue's list.",
+    type=click.Choice(["done", "failed", "cancelled"]),
+    multiple=True,
+)
+@_queue_setting(
     "--unset",
     "Clear a setting back to its default (repeatable; the variable takes names separated by spaces).",
     type=click.Choice(client.QUEUE_SETTINGS),
@@ -268,9 +306,15 @@ def configure_queue(
     key_order: client.KeyOrder | None,
     rate_limit: int | None,
     rate_interval: timedelta | None,
+    retain_done: timedelta | None,
+    retain_failed: timedelta | None,
+    retain_cancelled: timedelta | None,
+    keep_forever: tuple[str, ...],
     unset: tuple[str, ...],
 ) -> None:
-    """Change QUEUE's settings and limits (those not given stay as they are); print them all."""  # fmt: skip
+    """Change QUEUE's settings, limits and retention (those not given stay as they are); print them all.
+
+    The retention options need the pgjobq extension 0.10.0."""  # fmt: skip
     with connection(dsn) as conn:
         settings = client.configure_queue(
             conn,
@@ -287,6 +331,10 @@ def configure_queue(
             key_order=key_order,
             rate_limit=rate_limit,
             rate_interval=rate_interval,
+            retain_done=retain_done,
+            retain_failed=retain_failed,
+            retain_cancelled=retain_cancelled,
+            keep_forever=keep_forever or None,  # none given: the list stays as it is
         )
     echo_fields(fields(settings), as_json)
 
@@ -297,6 +345,8 @@ def configure_queue(
 def pause(queue: str, dsn: str) -> None:
     """Stop workers claiming from QUEUE (until resume; running jobs go on)."""  # fmt: skip
     with connection(dsn) as conn:
+        # jobq.pause says so (a NOTICE) when nothing knows the queue yet: a mistyped name, perhaps
+        conn.add_notice_handler(lambda notice: click.echo(f"notice: {notice.message_primary}", err=True))
         client.pause(conn, queue)
     click.echo(f"queue {queue} paused")
 
@@ -349,7 +399,11 @@ def reap(dsn: str, stale: float | None) -> None:
     is_flag=True,
 )
 def purge(dsn: str, older_than: float, max_rows: int, include_failed: bool) -> None:
-    """Delete finished jobs older than --older-than, so the hot table stays small."""  # fmt: skip
+    """Delete jobs finished more than --older-than ago, whatever their queue's retention.
+
+    Done and cancelled jobs (failed ones too with --include-failed).  Not needed to keep the table
+    small: the workers' tick already deletes the finished jobs whose queue's retention ended (see
+    configure-queue)."""  # fmt: skip
     with connection(dsn) as conn:
         deleted = client.purge(
             conn, timedelta(seconds=older_than), max_rows=max_rows, include_failed=include_failed

@@ -39,6 +39,8 @@ __all__ = [
     "POLL_FIRST",
     "POLL_MAX",
     "QUEUE_SETTINGS",
+    "RETENTION_SETTINGS",
+    "RETENTION_VERSION",
     "Call",
     "Cancellation",
     "Health",
@@ -57,6 +59,7 @@ __all__ = [
     "extension_needed",
     "fail_for_good_needed",
     "json_loaders_needed",
+    "retention_needed",
     "tasks_needed",
     "translated",
 ]
@@ -155,21 +158,22 @@ TASKS_VERSION = "0.9.0"
 
 
 class extension_needed:  # lower case: it reads as a function, with extension_needed(...): ...
-    """Around a call that needs a function of extension 0.9.0: the error of a database whose extension
-    predates it (UndefinedFunction: 0.8.0 has no such signature) becomes IncompatibleExtension, saying what
-    needs 0.9.0 and what this database lacks.
+    """Around a call that needs a function of extension ``version`` (default 0.9.0): the error of a
+    database whose extension predates it (UndefinedFunction: an older one has no such signature) becomes
+    IncompatibleExtension, saying what needs that version and what this database lacks.
 
     ``needed`` False (the call sends what every supported version takes) leaves every error as it is.
     ``what`` opens the message ("tasks need"); ``lacking`` says what the database's functions lack.
     """
 
-    def __init__(self, needed: bool, what: str, lacking: str) -> None:
+    def __init__(self, needed: bool, what: str, lacking: str, version: str = TASKS_VERSION) -> None:
         self.needed = needed
         self.what = what
         self.lacking = lacking
+        self.version = version
 
     def predates(self, exc: BaseException) -> bool:
-        """Whether exc is the error an extension before 0.9.0 gives the call."""
+        """Whether exc is the error an extension before ``version`` gives the call."""
         return isinstance(exc, psycopg.errors.UndefinedFunction)
 
     def __enter__(self) -> None:
@@ -178,7 +182,7 @@ class extension_needed:  # lower case: it reads as a function, with extension_ne
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if self.needed and exc is not None and self.predates(exc):
             raise IncompatibleExtension(
-                f"{self.what} the pgjobq extension {TASKS_VERSION} or later: {self.lacking} (upgrade it "
+                f"{self.what} the pgjobq extension {self.version} or later: {self.lacking} (upgrade it "
                 "with ALTER EXTENSION pgjobq UPDATE)"
             ) from exc
 
@@ -212,6 +216,29 @@ class fail_for_good_needed(extension_needed):
             retry is False,
             "failing a job for good (retry=False) needs",
             "this database's jobq.fail takes no retry",
+        )
+
+
+RETENTION_VERSION = "0.10.0"
+"""The first extension version with retention: jobq.configure_queue's retain_done, retain_failed,
+retain_cancelled and keep_forever, and the columns retain_* of jobq.queues."""
+
+
+class retention_needed(extension_needed):
+    """Around configure_queue's call: when it sets or unsets retention (the statement
+    configure_queue_retention), the error of a database whose jobq.configure_queue takes no retention
+    (0.9.0) becomes IncompatibleExtension, saying retention needs 0.10.0.
+
+    Any other configure_queue call (the statement every supported version takes) leaves every error as it is.
+    """
+
+    def __init__(self, call: Call[Any]) -> None:
+        super().__init__(
+            call.name == "configure_queue_retention",
+            "retention settings need",
+            "this database's jobq.configure_queue takes no retain_done, retain_failed, retain_cancelled "
+            "or keep_forever",
+            RETENTION_VERSION,
         )
 
 
@@ -494,7 +521,11 @@ class QueueSettings:
     running jobs of the queue; key_concurrency, the most running jobs of one
     concurrency_key; key_order, how claims pick among keys ("priority", by
     the jobs' priority, or "round_robin", key after key); rate_limit, the
-    most claims per rate_interval.
+    most claims per rate_interval.  Retention (extension 0.10.0): how long
+    a job that finished done, failed or cancelled is kept before the tick
+    deletes it (retain_done 1 day, retain_failed 14 days, retain_cancelled
+    7 days by default); None: kept until purged (a state in keep_forever,
+    and every state on extension 0.9.0, which has no retention).
     """
 
     queue: str
@@ -512,6 +543,10 @@ class QueueSettings:
     key_order: str = "priority"
     rate_limit: int | None = None
     rate_interval: timedelta | None = None
+    # 0.10.0's retention: with defaults, so that a QueueSettings made as in 0.9.0 still is one
+    retain_done: timedelta | None = None
+    retain_failed: timedelta | None = None
+    retain_cancelled: timedelta | None = None
 
 
 QUEUE_SETTINGS = (
@@ -526,9 +561,16 @@ QUEUE_SETTINGS = (
     "key_order",
     "rate_limit",
     "rate_interval",
+    "retain_done",
+    "retain_failed",
+    "retain_cancelled",
+    "keep_forever",
 )
 """The settings configure_queue's unset names (rate_limit clears rate_interval too; rate_interval alone
-goes back to 1 second)."""
+goes back to 1 second; keep_forever empties the list)."""
+
+RETENTION_SETTINGS = ("retain_done", "retain_failed", "retain_cancelled", "keep_forever")
+"""The settings of QUEUE_SETTINGS that need extension 0.10.0 (RETENTION_VERSION)."""
 
 KeyOrder = Literal["priority", "round_robin"]
 """How a queue with key_concurrency picks among concurrency keys (see configure_queue)."""
@@ -658,11 +700,6 @@ def jobs(rows: list[tuple[Any, ...]]) -> list[Job]:
     return [Job(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9] or {}, r[10]) for r in rows]
 
 
-def jobs_0_8(rows: list[tuple[Any, ...]]) -> list[Job]:
-    """Rows of claim_0_8 or claim_any_0_8 (extension 0.8.0: no task) as Jobs (task None)."""
-    return [Job(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9] or {}) for r in rows]
-
-
 def acknowledged_and_claimed(rows: list[tuple[Any, ...]]) -> tuple[set[int], list[Job]]:
     """complete_and_claim's rows (extension 0.9.0, with task): the ids acknowledged (status done) and the
     jobs claimed (the columns after status are claim's)."""
@@ -673,18 +710,6 @@ def acknowledged_and_claimed(rows: list[tuple[Any, ...]]) -> tuple[set[int], lis
             acknowledged.add(r[1])
         else:
             claimed.append(Job(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10] or {}, r[11]))
-    return acknowledged, claimed
-
-
-def acknowledged_and_claimed_0_8(rows: list[tuple[Any, ...]]) -> tuple[set[int], list[Job]]:
-    """complete_and_claim_0_8's rows (extension 0.8.0: no task), as acknowledged_and_claimed reads them."""
-    acknowledged: set[int] = set()
-    claimed: list[Job] = []
-    for r in rows:
-        if r[0] == "done":
-            acknowledged.add(r[1])
-        else:
-            claimed.append(Job(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10] or {}))
     return acknowledged, claimed
 
 
@@ -830,8 +855,7 @@ def claim(queue: str, n: int, worker: str, lease_timeout: timedelta | None) -> C
         "worker": _text("worker", worker),
         "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
     }
-    # the statement of every supported version: the client does not know which one the database has
-    return Call("claim_0_8", params, jobs_0_8, json=True)
+    return Call("claim", params, jobs, json=True)
 
 
 def claim_any(queues: Sequence[str], n: int, worker: str, lease_timeout: timedelta | None) -> Call[list[Job]]:
@@ -844,7 +868,7 @@ def claim_any(queues: Sequence[str], n: int, worker: str, lease_timeout: timedel
         "worker": _text("worker", worker),
         "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
     }
-    return Call("claim_any_0_8", params, jobs_0_8, json=True)  # as claim: every supported version's
+    return Call("claim_any", params, jobs, json=True)
 
 
 def complete(job_id: int, lease: int, result: Any) -> Call[None]:
@@ -893,8 +917,7 @@ def complete_and_claim(
         "lease_timeout": _optional(_timedelta, "lease_timeout", lease_timeout),
         "results": _dump_results(results),
     }
-    # as claim: the statement of every supported version
-    return Call("complete_and_claim_0_8", params, acknowledged_and_claimed_0_8, json=True)
+    return Call("complete_and_claim", params, acknowledged_and_claimed, json=True)
 
 
 def fail(
@@ -970,6 +993,8 @@ def register_waiter(queue: str, worker: str, up_to: timedelta) -> Call[tuple[boo
         "worker": _text("worker", worker),
         "up_to": _timedelta("up_to", up_to),
     }
+    # the old name, which every supported version has (0.9.0 only it; 0.10.0 both): the client does not
+    # know the database's version, the worker does (pgjobq._worker.steps.FEATURES)
     return Call("wait", params, _registered)
 
 
@@ -1029,8 +1054,15 @@ def configure_queue(
     key_order: str | None,
     rate_limit: int | None,
     rate_interval: timedelta | None,
+    retain_done: timedelta | None,
+    retain_failed: timedelta | None,
+    retain_cancelled: timedelta | None,
+    keep_forever: Iterable[str] | None,
 ) -> Call[QueueSettings]:
-    params = {
+    """jobq.configure_queue of these arguments, checked; configure_queue_retention (extension 0.10.0)
+    when a retention is given, keep_forever is, or unset names one of RETENTION_SETTINGS, so that any
+    other change is sent as extension 0.9.0 takes it (see retention_needed)."""
+    params: dict[str, Any] = {
         "queue": _text("queue", queue),
         "max_attempts": _optional(_integer, "max_attempts", max_attempts),
         "backoff_base": _optional(_timedelta, "backoff_base", backoff_base),
@@ -1045,6 +1077,18 @@ def configure_queue(
         "rate_limit": _optional(_integer, "rate_limit", rate_limit),
         "rate_interval": _optional(_timedelta, "rate_interval", rate_interval),
     }
+    retention = {
+        "retain_done": _optional(_timedelta, "retain_done", retain_done),
+        "retain_failed": _optional(_timedelta, "retain_failed", retain_failed),
+        "retain_cancelled": _optional(_timedelta, "retain_cancelled", retain_cancelled),
+        "keep_forever": None
+        if keep_forever is None
+        else [_text("keep_forever[]", state) for state in _many("keep_forever", keep_forever)],
+    }
+    if any(value is not None for value in retention.values()) or any(
+        name in RETENTION_SETTINGS for name in params["unset"]
+    ):
+        return Call("configure_queue_retention", {**params, **retention}, _first, class_row(QueueSettings))
     return Call("configure_queue", params, _first, class_row(QueueSettings))
 
 

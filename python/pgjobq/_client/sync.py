@@ -482,8 +482,9 @@ def register_waiter(conn: Conn, queue: str, worker: str, up_to: timedelta) -> tu
     not notified).  next_run_at is the earliest run_at still in the future
     among the queue's queued jobs (None when none): sleep until then at
     most.  Run it in a transaction of its own (an autocommit connection):
-    the registration counts from its commit.  (jobq.wait(queue, worker,
-    up_to); pgjobq.wait waits for a job's result.)
+    the registration counts from its commit.  (jobq.register_waiter, which
+    extension 0.9.0 names jobq.wait(queue, worker, up_to); pgjobq.wait waits
+    for a job's result.)
     """
     return _run(conn, proto.register_waiter(queue, worker, up_to))
 
@@ -519,7 +520,12 @@ def cancel(conn: Conn, ids: Iterable[int], *, force: bool = False) -> list[Cance
 
 
 def pause(conn: Conn, queue: str) -> None:
-    """Stop claims from queue, from the commit on (until resume; it survives restarts)."""
+    """Stop claims from queue, from the commit on (until resume; it survives restarts).
+
+    A queue without settings, jobs or schedules is paused too (its jobs wait from the first one on), and
+    the database sends a NOTICE naming it, which conn's notice handlers receive: a mistyped name pauses
+    nothing that exists (extension 0.10.0).
+    """
     _run(conn, proto.pause(queue))
 
 
@@ -544,6 +550,10 @@ def configure_queue(
     key_order: KeyOrder | None = None,
     rate_limit: int | None = None,
     rate_interval: timedelta | None = None,
+    retain_done: timedelta | None = None,
+    retain_failed: timedelta | None = None,
+    retain_cancelled: timedelta | None = None,
+    keep_forever: Iterable[str] | None = None,
 ) -> QueueSettings:
     """Change queue's settings; return them as they are now, every one effective.
 
@@ -561,6 +571,18 @@ def configure_queue(
     10,000) claims per rate_interval (above 0, at most a day; 1 s when
     rate_limit is set alone).  Unsetting rate_limit clears rate_interval;
     unsetting rate_interval alone puts it back to 1 s.
+
+    Retention (extension 0.10.0): how long a job that finished done, failed
+    or cancelled is kept before the tick every worker runs deletes it:
+    retain_done (default 1 day), retain_failed (14 days), retain_cancelled
+    (7 days), each from 0 (deleted at the next tick) to 10 years.
+    keep_forever names the final states ("done", "failed", "cancelled") kept
+    until purged; it replaces the list the queue has (an empty one clears
+    it), and a retain_<state> given or unset takes its state off the list.
+    A change applies to the queue's finished jobs at the next tick, those
+    that finished before it too.  On extension 0.9.0, which has no
+    retention, giving any of these (or unsetting one) raises
+    IncompatibleExtension and changes nothing.
     """
     call = proto.configure_queue(
         queue,
@@ -576,8 +598,13 @@ def configure_queue(
         key_order=key_order,
         rate_limit=rate_limit,
         rate_interval=rate_interval,
+        retain_done=retain_done,
+        retain_failed=retain_failed,
+        retain_cancelled=retain_cancelled,
+        keep_forever=keep_forever,
     )
-    return _run(conn, call)
+    with proto.retention_needed(call):
+        return _run(conn, call)
 
 
 def queues(conn: Conn) -> list[QueueSettings]:

@@ -77,9 +77,10 @@ def warn_not_delivered(channels: Sequence[str], poll_interval: float) -> None:
 
 
 def warn_wait_refused(reason: str, poll_interval: float) -> None:
-    """Says that jobq.wait was refused to the worker's role: it does not register, and mostly polls."""
+    """Says that the registration as waiting (jobq.register_waiter; jobq.wait on extension 0.9.0) was
+    refused to the worker's role: it does not register, and mostly polls."""
     logger.warning(
-        "not registering as waiting: jobq.wait was refused to this worker's role (%s); enqueues "
+        "not registering as waiting: jobq.register_waiter was refused to this worker's role (%s); enqueues "
         "notify only while another worker waits, so this one mostly polls every %s s",
         reason,
         poll_interval,

@@ -191,7 +191,8 @@ class WorkerSettings:
         return {**self._where(), "n": self.batch, "worker": self.name, "lease_timeout": lease}
 
     def wait_params(self) -> dict[str, Any]:
-        """The parameters of the worker's jobq.wait registration: the queue or queues, name, poll_interval."""
+        """The parameters of the worker's registration as waiting (jobq.register_waiter): the queue or
+        queues, name, poll_interval."""
         return {**self._where(), "worker": self.name, "up_to": timedelta(seconds=self.poll_interval)}
 
     def _where(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ The steps (methods of :class:`Core`):
 - ``release_backlog``: hand back the jobs claimed but not started (on stop);
 - ``heartbeat``: extend the leases in hand when due (pgjobq._worker.leases);
 - ``reap_and_tick``: jobq.reap, then jobq.tick (pgjobq._worker.upkeep);
-- ``wait_for_work``: register as waiting (jobq.wait), claim once more, sleep
+- ``wait_for_work``: register as waiting (jobq.register_waiter), claim once more, sleep
   until a wake-up, the poll interval or the next job's run_at, claim again;
 - ``listen``: the listening connection's probe, then LISTEN on the queues'
   channels (pgjobq._worker.listen).
@@ -96,7 +96,7 @@ logger = logging.getLogger("pgjobq.worker")
 R = TypeVar("R")
 Q = TypeVar("Q")  # what a step asks for: a Request (acks.report yields Calls only)
 
-# When jobq.wait could not register (a producer's transaction was in flight),
+# When jobq.register_waiter could not register (a producer's transaction was in flight),
 # listen this long before claiming again.
 REGISTER_RETRY = 0.015
 # Wake this long after the next job's run_at, so that its claim, whose clock
@@ -196,7 +196,8 @@ async def adrive(step: Generator[Q, Any, R], serve: Callable[[Q], Awaitable[Any]
 @dataclass(frozen=True, slots=True)
 class Features:
     """What one extension version offers the worker: its claim statements (queries.sql) and the
-    decoders of their rows, and whether jobq.fail takes retry => false and jobq.hand_back exists."""
+    decoders of their rows, whether jobq.fail takes retry => false and jobq.hand_back exists, and the
+    statements that register the worker as waiting on one queue and on several (wait, register_waiter)."""
 
     version: str
     claim: str
@@ -206,21 +207,26 @@ class Features:
     acknowledged_and_claimed: Callable[[list[tuple[Any, ...]]], tuple[set[int], list[Job]]]
     fail_for_good: bool
     hand_back: bool
+    register_waiter: str = "register_waiter"
+    register_waiter_any: str = "register_waiter_any"
 
 
 FEATURES: dict[str, Features] = {
-    "0.8.0": Features(
-        "0.8.0",
-        "claim_0_8",
-        "claim_any_0_8",
-        "complete_and_claim_0_8",
-        proto.jobs_0_8,
-        proto.acknowledged_and_claimed_0_8,
-        fail_for_good=False,
-        hand_back=False,
-    ),
     "0.9.0": Features(
         "0.9.0",
+        "claim",
+        "claim_any",
+        "complete_and_claim",
+        proto.jobs,
+        proto.acknowledged_and_claimed,
+        fail_for_good=True,
+        hand_back=True,
+        # 0.9.0's name of jobq.register_waiter (deprecated in 0.10.0, gone in 0.11.0)
+        register_waiter="wait",
+        register_waiter_any="wait_any",
+    ),
+    "0.10.0": Features(
+        "0.10.0",
         "claim",
         "claim_any",
         "complete_and_claim",
@@ -269,14 +275,12 @@ class Core:
         self.settings = settings
         self.queues = settings.queues
         # Several queues: jobq.claim_any (after complete_many: there is no complete_and_claim_any), and
-        # jobq.wait on each queue, in one statement.
+        # jobq.register_waiter on each queue, in one statement.
         self.several = len(self.queues) > 1
         self.queue_names = ", ".join(self.queues)  # for logs
         # The hot statements' parameters, checked once (by WorkerSettings) rather than at every claim.
         self.claim_params = settings.claim_params()
-        self._wait_call = Call(
-            "wait_any" if self.several else "wait", settings.wait_params(), proto.waited, prepare=True
-        )
+        self._wait_params = settings.wait_params()
         self.lock = lock
         self.stopping = stopping
         self.start_handlers = start_handlers
@@ -292,7 +296,7 @@ class Core:
         self.started = False  # said so, once connected to a database it supports
         self.drained = False  # burst mode: the queues had no runnable job
         self.listening = False  # the listening connection's probe passed: wake-ups arrive
-        self.may_wait = True  # False once jobq.wait was refused to this role
+        self.may_wait = True  # False once jobq.register_waiter (or wait) was refused to this role
         self._use(FEATURES[SUPPORTED_EXTENSION_VERSIONS[-1]])  # until connected: the latest version's
         self._discard_warned = False  # said once that this extension cannot fail a job for good
         self._unknown_warned: dict[str, float] = {}  # when each unknown task was last warned about
@@ -306,6 +310,8 @@ class Core:
         self.features = features
         claim = features.claim_any if self.several else features.claim
         self._claim_call = Call(claim, self.claim_params, features.jobs, prepare=True)
+        register = features.register_waiter_any if self.several else features.register_waiter
+        self._wait_call = Call(register, self._wait_params, proto.waited, prepare=True)
         self._acks_params: dict[str, Any] = {**self.claim_params, "ids": [], "leases": [], "results": None}
         self._complete_and_claim = Call(
             features.complete_and_claim, self._acks_params, features.acknowledged_and_claimed, prepare=True
@@ -438,7 +444,7 @@ class Core:
         Sleeps until a wake-up notification for one of the queues arrives (then
         claims at once), the poll interval passes, the queues' next job in the
         future is due, the next reap and tick, or stop().  Without a listening
-        connection (listen=False, or its probe failed), or once jobq.wait was
+        connection (listen=False, or its probe failed), or once the registration was
         refused, it only sleeps: registering would make producers notify for
         nobody.  When the registration is refused for the moment (a producer
         has a transaction in flight), it claims again after REGISTER_RETRY.

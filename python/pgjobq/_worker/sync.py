@@ -62,7 +62,7 @@ run on a pool of that many threads.  The loop:
   (``jobq.schedule``), so schedules advance with no other process (a role
   refused it leaves ticking to others, such as pg_cron);
 - with nothing to do, registers as waiting on each of its queues
-  (``jobq.wait``: enqueues notify the queue's channel only while a worker
+  (``jobq.register_waiter``: enqueues notify the queue's channel only while a worker
   waits), claims once more, and sleeps on LISTEN (on every queue's channel)
   until a notification, ``poll_interval``, the run_at of the queues' next
   job in the future, or the next reap and tick, whichever comes first: a lost

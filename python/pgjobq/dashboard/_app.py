@@ -268,6 +268,10 @@ async def _queue_rows(dashboard: Dashboard) -> list[dict[str, Any]]:
                 "rate_limit": setting.get("rate_limit"),
                 "rate_interval_seconds": setting.get("rate_interval_seconds"),
                 "timeout_seconds": setting.get("timeout_seconds"),
+                # None: kept until purged (a state of keep_forever; every state before extension 0.10.0)
+                "retain_done_seconds": setting.get("retain_done_seconds"),
+                "retain_failed_seconds": setting.get("retain_failed_seconds"),
+                "retain_cancelled_seconds": setting.get("retain_cancelled_seconds"),
                 "max_attempts": setting.get("max_attempts"),
                 "done_per_minute": done_per_minute,
                 "failure_rate": failure_rate,

@@ -69,10 +69,16 @@ SELECT c.queue,
 
 -- name: queue_settings
 -- every queue that is configured or has queued or running jobs, with its
--- limits and whether it is paused (the view skips through the indexes)
+-- limits, its retention and whether it is paused (the view skips through
+-- the indexes).  The retention (extension 0.10.0) is read from the row as
+-- JSON, by name, so that this one statement serves older versions too (NULL
+-- there: they keep finished jobs until purged)
 SELECT q.queue, q.paused, q.max_attempts, q.concurrency, q.key_concurrency, q.key_order,
        q.rate_limit, extract(epoch FROM q.rate_interval)::float8 AS rate_interval_seconds,
-       extract(epoch FROM q.timeout)::float8 AS timeout_seconds
+       extract(epoch FROM q.timeout)::float8 AS timeout_seconds,
+       extract(epoch FROM (to_jsonb(q) ->> 'retain_done')::interval)::float8 AS retain_done_seconds,
+       extract(epoch FROM (to_jsonb(q) ->> 'retain_failed')::interval)::float8 AS retain_failed_seconds,
+       extract(epoch FROM (to_jsonb(q) ->> 'retain_cancelled')::interval)::float8 AS retain_cancelled_seconds
   FROM jobq.queues AS q
  ORDER BY q.queue
 
