@@ -8,6 +8,24 @@
 \echo Use "ALTER EXTENSION pgjobq UPDATE TO '0.10.0'" to load this file. \quit
 
 ----------------------------------------------------------------------------
+-- First, the index of running and failed jobs comes to cover the finished
+-- jobs too, by finished_at, for retention (section 1 below).  Built under
+-- jobq.jobs' ACCESS EXCLUSIVE lock, taken before anything else: dropping
+-- the old index needs it, and a step that took a weaker lock first (the
+-- SHARE lock of CREATE INDEX) and this one later could deadlock with a
+-- worker's statement waiting in between.  Enqueues, claims, settlements and
+-- reads of jobq.jobs wait while the index is built (bench/upgrade_lock.py,
+-- make bench-upgrade, measures how long on a million finished jobs).
+----------------------------------------------------------------------------
+
+LOCK TABLE jobq.jobs IN ACCESS EXCLUSIVE MODE;
+DROP INDEX jobq.jobs_running_failed_idx;
+CREATE INDEX jobs_status_idx ON jobq.jobs (status, queue, finished_at)
+    WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'done', 'failed', 'cancelled']::text[]);
+COMMENT ON INDEX jobq.jobs_status_idx IS
+    'Serves jobq.reap (the running jobs), the dead-letter queue (the failed jobs) and retention (the finished jobs by finished_at), by status and queue (keys heartbeats do not change).';
+
+----------------------------------------------------------------------------
 -- Correctness fixes of the review (issue 25, section 5)
 ----------------------------------------------------------------------------
 
@@ -1417,20 +1435,6 @@ COMMENT ON FUNCTION jobq.configure_queue(text, integer, interval, interval, doub
     'Set a queue''s policy: max_attempts, backoff_base, backoff_max, backoff_jitter, lease_timeout, timeout, its limits concurrency, key_concurrency, key_order, rate_limit per rate_interval, and how long finished jobs are kept: retain_done, retain_failed, retain_cancelled, keep_forever (NULL: unchanged; unset: back to the default). Returns its row of jobq.queues.';
 REVOKE ALL ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval, interval, interval, interval, text[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval, interval, interval, interval, text[]) TO @extowner@;
-
-----------------------------------------------------------------------------
--- The index of running and failed jobs covers done and cancelled jobs too,
--- by finished_at, for retention.  Built while the script holds jobq.jobs'
--- SHARE lock (enqueues, claims and settlements wait for it; reads do not):
--- about a second per million jobs on the machine of the CHANGELOG's
--- measurement.
-----------------------------------------------------------------------------
-
-CREATE INDEX jobs_status_idx ON jobq.jobs (status, queue, finished_at)
-    WHERE status OPERATOR(pg_catalog.=) ANY (ARRAY['running', 'done', 'failed', 'cancelled']::text[]);
-COMMENT ON INDEX jobq.jobs_status_idx IS
-    'Serves jobq.reap (the running jobs), the dead-letter queue (the failed jobs) and retention (the finished jobs by finished_at), by status and queue (keys heartbeats do not change).';
-DROP INDEX jobq.jobs_running_failed_idx;
 
 -- its name in a comment of the acknowledgement
 /*

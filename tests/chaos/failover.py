@@ -485,7 +485,10 @@ class FailoverFleet(Fleet):
 
     def command(self, slot: int, name: str) -> tuple[list[str], dict[str, str]]:
         argv, env = super().command(slot, name)
-        return [HANDLER if arg == "chaos.chaos_handlers:run" else arg for arg in argv], env
+        argv = [HANDLER if arg == "chaos.chaos_handlers:run" else arg for arg in argv]
+        # the 'job N done' lines read as evidence are DEBUG lines
+        level = argv.index("--log-level") + 1
+        return [*argv[:level], "DEBUG", *argv[level + 1 :]], env
 
 
 # -- evidence outside the database ------------------------------------------------

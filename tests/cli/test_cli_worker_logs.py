@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from helpers.handlers import EXECUTIONS_DDL
 from helpers.processes import run_cli
 from helpers.sqlhelpers import Db, scalar
 
@@ -56,3 +57,18 @@ def test_text_logs_stay_lines_of_text(dsn: str, db: Db) -> None:
     assert result.returncode == 0, result.stderr
     assert " INFO pgjobq.worker: " in result.stderr
     assert not result.stderr.startswith("{")
+
+
+def test_a_job_done_is_logged_at_debug_not_at_the_default_info(dsn: str, db: Db) -> None:
+    db.execute(EXECUTIONS_DDL)
+    job_id = scalar(db, "SELECT jobq.enqueue('reports', '{}')")
+    worker = ("worker", "helpers.handlers:record", "--queue", "reports", "--burst")
+
+    quiet = run_cli(dsn, *worker)
+    db.execute("SELECT jobq.enqueue('reports', '{}')")
+    verbose = run_cli(dsn, *worker, "--log-level", "DEBUG")
+
+    assert quiet.returncode == 0 and verbose.returncode == 0, quiet.stderr + verbose.stderr
+    assert scalar(db, "SELECT status FROM jobq.jobs WHERE id = %s", (job_id,)) == "done"
+    assert f"job {job_id} done" not in quiet.stderr and "burst done" in quiet.stderr
+    assert f" DEBUG pgjobq.worker: job {job_id + 1} done (attempt 1)" in verbose.stderr

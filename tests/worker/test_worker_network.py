@@ -201,7 +201,7 @@ def test_a_handler_stopped_on_a_presumed_lost_lease_hands_its_job_back_without_s
 def test_a_lease_still_valid_when_the_database_comes_back_is_not_presumed_lost(
     db: Db, dsn: str, workers: Workers, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="pgjobq.worker")
+    caplog.set_level(logging.DEBUG, logger="pgjobq.worker")
     job_id = pgjobq.enqueue(db, "default", {})
     release = threading.Event()
     asked: list[bool] = []

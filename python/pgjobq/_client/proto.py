@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
 
 import psycopg
-from psycopg.adapt import AdaptersMap
+from psycopg.adapt import AdaptersMap, Dumper
 from psycopg.pq import Format, TransactionStatus
 from psycopg.rows import class_row, tuple_row
 from psycopg.types.json import JsonbLoader, JsonLoader
@@ -41,6 +41,7 @@ __all__ = [
     "QUEUE_SETTINGS",
     "RETENTION_SETTINGS",
     "RETENTION_VERSION",
+    "Bigints",
     "Call",
     "Cancellation",
     "Health",
@@ -62,6 +63,7 @@ __all__ = [
     "retention_needed",
     "tasks_needed",
     "translated",
+    "use_bigints_dumper",
 ]
 
 R = TypeVar("R")
@@ -107,6 +109,40 @@ def json_loaders_needed(adapters: AdaptersMap) -> bool:
         if loader is None or not issubclass(loader, base):
             return True
     return False
+
+
+# -- bigint[] parameters of the workers' hot statements -----------------------------------
+
+_INT8_ARRAY_OID = 1016
+
+
+class Bigints(list[int]):
+    """Job ids or leases for a bigint[] parameter of a worker's hot statement (complete_and_claim).
+
+    A plain list is dumped by psycopg's list dumper, which looks at the
+    elements at every call to choose the array's type: for the ids and
+    leases of one job, about 110,000 instructions in the Python process, a
+    third of what a worker spent per job at batch 1 (callgrind, 0.9.0).  On
+    a connection with use_bigints_dumper a Bigints is sent as an array
+    literal, typed bigint[], at once; elsewhere it is a list like any other.
+    Equal to the list of the same integers.
+    """
+
+    __slots__ = ()
+
+
+class _BigintsDumper(Dumper):
+    """A Bigints as the text of a bigint[] ('{1,2,3}'); its elements are ints (the database's ids)."""
+
+    oid = _INT8_ARRAY_OID
+
+    def dump(self, obj: Bigints) -> bytes:
+        return ("{" + ",".join(map(str, obj)) + "}").encode()
+
+
+def use_bigints_dumper(adapters: AdaptersMap) -> None:
+    """Register the dumper that sends a Bigints as a bigint[] literal (a worker's connections)."""
+    adapters.register_dumper(Bigints, _BigintsDumper)
 
 
 def use_json_loaders(adapters: AdaptersMap) -> None:

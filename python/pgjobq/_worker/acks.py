@@ -106,13 +106,18 @@ def lost(job: Job, what: str) -> None:
 
 
 def acknowledged(successes: Iterable[Job], accepted: set[int]) -> list[tuple[Job, Outcome]]:
-    """Log the outcome of acknowledging successes; each one's Outcome (done, or lost when refused)."""
+    """Log the outcome of acknowledging successes; each one's Outcome (done, or lost when refused).
+
+    A success is logged at DEBUG: a line per job done cost a worker of zero-work
+    jobs about as many instructions as the database spent on the job
+    (bench/results/profile.md); failures, retries and the rest stay at INFO and up.
+    """
     outcomes: list[tuple[Job, Outcome]] = []
-    info = logger.isEnabledFor(logging.INFO)
+    debug = logger.isEnabledFor(logging.DEBUG)
     for job in successes:
         if job.id in accepted:
-            if info:
-                logger.info("job %d done (attempt %d)", job.id, job.attempts, extra=log_fields(job))
+            if debug:
+                logger.debug("job %d done (attempt %d)", job.id, job.attempts, extra=log_fields(job))
             outcomes.append((job, "done"))
         else:
             lost(job, "result discarded")

@@ -59,7 +59,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import set_json_loads
 
-from pgjobq._client.proto import json_loaders_needed, use_json_loaders
+from pgjobq._client.proto import json_loaders_needed, use_bigints_dumper, use_json_loaders
 from pgjobq._errors import ConfigurationError, IncompatibleExtension, first_line
 from pgjobq._queries import query
 from pgjobq._worker.settings import WorkerSettings
@@ -209,6 +209,7 @@ def configure(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], sett
     """
     if not settings.prepared_statements:
         conn.prepare_threshold = None
+    use_bigints_dumper(conn.adapters)
     if orjson is not None:
         set_json_loads(json_loads, conn)
     elif json_loaders_needed(conn.adapters):

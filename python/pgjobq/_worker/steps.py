@@ -394,8 +394,8 @@ class Core:
         try:
             if successes:
                 params = self._acks_params
-                params["ids"] = [job.id for job in successes]
-                params["leases"] = [job.lease for job in successes]
+                params["ids"] = proto.Bigints([job.id for job in successes])
+                params["leases"] = proto.Bigints([job.lease for job in successes])
                 params["results"] = results
                 try:
                     accepted, jobs = yield self._complete_and_claim
@@ -561,7 +561,7 @@ class Core:
 
     def _acknowledged(self, successes: list[Job], accepted: set[int]) -> None:
         """Log the outcome of acknowledging successes: accepted, or refused as stale."""
-        if len(accepted) < len(successes) or self.observing or logger.isEnabledFor(logging.INFO):
+        if len(accepted) < len(successes) or self.observing or logger.isEnabledFor(logging.DEBUG):
             outcomes = acks.acknowledged(successes, accepted)
         else:
             outcomes = []
