@@ -409,7 +409,7 @@ def checks(view: View) -> list[Check]:
             Check(
                 f"Single-row enqueue, 4 clients, jobq.enqueue / the article's INSERT, {label}",
                 paired(enqueue_rates(r, ours), enqueue_rates(r, theirs)),
-                0.8,
+                0.85,
                 True,
                 ratio,
             )
