@@ -62,6 +62,7 @@ BEGIN
                              WHERE j.status = pairs[i][1] AND j.status IN ('done', 'failed', 'cancelled')
                                AND j.queue = pairs[i][2]
                                AND j.finished_at < cutoffs[i]
+                               AND j.finished_at >= after[i]  -- where the last turn stopped, as a bound of the index scan
                                AND (j.finished_at, j.id) > (after[i], after_id[i])
                              ORDER BY j.finished_at, j.id
                              LIMIT least(chunk, _retain.max_rows - deleted - cardinality(ids))
@@ -90,7 +91,10 @@ GRANT EXECUTE ON FUNCTION jobq._retain(timestamptz, integer) TO @extowner@;
  * jobq.tick(): how many jobs it enqueued: the schedules' due occurrences
  * (jobq._tick(statement_timestamp())); then retention: at most 10,000
  * finished jobs whose retention ended are deleted
- * (jobq._retain(statement_timestamp(), 10000)), in the same transaction.
+ * (jobq._retain(statement_timestamp(), 10000)), in the same transaction,
+ * in a subtransaction of its own: should it fail (a user's trigger, a
+ * deadlock with a purge), a WARNING says so and the schedules' jobs are
+ * enqueued all the same.
  * Every worker runs it each reap interval (or pg_cron does, every minute
  * or more often); ticks at once share the work (a schedule or a job one
  * holds, the others skip).  With nothing due it costs one probe of
@@ -110,7 +114,14 @@ DECLARE
     enqueued integer;
 BEGIN
     enqueued := jobq._tick(statement_timestamp());
-    PERFORM jobq._retain(statement_timestamp(), 10000);
+    BEGIN
+        PERFORM jobq._retain(statement_timestamp(), 10000);
+    EXCEPTION WHEN OTHERS THEN
+        -- a user's trigger or foreign key action raising, a deadlock with a
+        -- purge: retention waits for the next tick, the schedules' jobs stay
+        RAISE WARNING 'pgjobq retention failed, the next tick tries again: %', SQLERRM
+            USING ERRCODE = SQLSTATE;
+    END;
     RETURN enqueued;
 END
 $$;

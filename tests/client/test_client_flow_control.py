@@ -128,9 +128,14 @@ def test_queue_overview_counts_each_queues_queued_and_running_jobs_beside_its_li
         ("key_order", 1, "key_order must be a string, got int"),
         ("rate_limit", True, "rate_limit must be an integer, got bool"),
         ("rate_interval", 5, "rate_interval must be a timedelta, got int"),
+        ("retain_done", 3600, "retain_done must be a timedelta, got int"),
+        ("retain_failed", "14 days", "retain_failed must be a timedelta, got str"),
+        ("retain_cancelled", 1.5, "retain_cancelled must be a timedelta, got float"),
+        ("keep_forever", "done", r"keep_forever must be a list \(or other iterable\), got str"),
+        ("keep_forever", [None], "keep_forever\\[\\] must be a string, got NoneType"),
     ],
 )
-def test_configure_queue_refuses_a_limit_of_the_wrong_type_before_any_sql(
+def test_configure_queue_refuses_a_setting_of_the_wrong_type_before_any_sql(
     db: Db, argument: str, value: object, expected: str
 ) -> None:
     configure: Any = pgjobq.configure_queue

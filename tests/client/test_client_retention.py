@@ -177,28 +177,6 @@ def test_aio_configure_queue_sets_the_retention_and_queues_reports_it(dsn: str) 
 
 
 @pytest.mark.parametrize(
-    ("argument", "value", "expected"),
-    [
-        ("retain_done", 3600, "retain_done must be a timedelta, got int"),
-        ("retain_failed", "14 days", "retain_failed must be a timedelta, got str"),
-        ("retain_cancelled", 1.5, "retain_cancelled must be a timedelta, got float"),
-        ("keep_forever", "done", r"keep_forever must be a list \(or other iterable\), got str"),
-        ("keep_forever", [None], "keep_forever\\[\\] must be a string, got NoneType"),
-    ],
-)
-def test_configure_queue_refuses_a_retention_of_the_wrong_type_before_any_sql(
-    db: Db, argument: str, value: object, expected: str
-) -> None:
-    configure: Any = pgjobq.configure_queue
-
-    with pytest.raises(pgjobq.InvalidArgument, match=f"^{expected}$") as raised:
-        configure(db, "emails", **{argument: value})
-
-    assert raised.value.sqlstate is None  # refused here, not by the database
-    assert pgjobq.queues(db) == []
-
-
-@pytest.mark.parametrize(
     ("options", "expected"),
     [
         ({"retain_done": timedelta(seconds=-1)}, "retain_done must be an interval from 0 to 10 years"),

@@ -192,6 +192,24 @@ def test_a_tick_holding_its_deletions_open_never_blocks_a_claim(db: Db, connect:
     assert len(claimed) == 1
 
 
+def test_a_failing_retention_warns_and_leaves_the_schedules_jobs_enqueued(db: Db) -> None:
+    db.execute("SELECT jobq.configure_queue('emails', retain_done => '0')")
+    kept = finish(db, "emails", "done")
+    db.execute(
+        "CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN RAISE EXCEPTION 'jobs are kept here'; END $$"
+    )
+    db.execute("CREATE TRIGGER refuse BEFORE DELETE ON jobq.jobs FOR EACH ROW EXECUTE FUNCTION public.refuse()")
+    db.execute("SELECT jobq.schedule('pulse', 'reports', '{}', every => '10 seconds')")
+    warnings: list[str] = []
+    db.add_notice_handler(lambda notice: warnings.append(notice.message_primary or ""))
+
+    enqueued = scalar(db, "SELECT jobq.tick()")
+
+    assert enqueued > 0 and exists(db, kept)
+    assert any("retention failed" in w and "jobs are kept here" in w for w in warnings), warnings
+
+
 def test_a_job_a_user_s_row_references_is_kept_and_the_others_leave(db: Db) -> None:
     db.execute("SELECT jobq.configure_queue('emails', retain_done => '0')")
     referenced, *others = (finish(db, "emails", "done") for _ in range(4))
