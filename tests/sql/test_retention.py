@@ -199,7 +199,9 @@ def test_a_failing_retention_warns_and_leaves_the_schedules_jobs_enqueued(db: Db
         "CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS"
         " $$ BEGIN RAISE EXCEPTION 'jobs are kept here'; END $$"
     )
-    db.execute("CREATE TRIGGER refuse BEFORE DELETE ON jobq.jobs FOR EACH ROW EXECUTE FUNCTION public.refuse()")
+    db.execute(
+        "CREATE TRIGGER refuse BEFORE DELETE ON jobq.jobs FOR EACH ROW EXECUTE FUNCTION public.refuse()"
+    )
     db.execute("SELECT jobq.schedule('pulse', 'reports', '{}', every => '10 seconds')")
     warnings: list[str] = []
     db.add_notice_handler(lambda notice: warnings.append(notice.message_primary or ""))
