@@ -271,8 +271,9 @@ class Proc:
 def start_worker(name: str, queue: str, dsn: str, folder: Path) -> Proc:
     log_path = folder / f"worker-{name}.log"
     log = log_path.open("wb")
+    # DEBUG: the 'job N done' lines read as evidence below are DEBUG lines
     argv = pgjobq_command(
-        "worker", "chaos.failover:sleep", "--queue", queue, "--name", name, "--log-level", "INFO",
+        "worker", "chaos.failover:sleep", "--queue", queue, "--name", name, "--log-level", "DEBUG",
         "--lease-timeout", "60",
     )  # fmt: skip
     process = subprocess.Popen(argv, env=process_env(dsn), stdout=log, stderr=subprocess.STDOUT)
