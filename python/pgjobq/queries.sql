@@ -129,6 +129,15 @@ SELECT h.id, h.cancel_requested, h.lease_expires_at <= statement_timestamp() AS 
 -- name: reap
 SELECT id, queue, status FROM jobq.reap(%(stale)s::interval)
 
+-- name: reap_spaced
+-- a Worker's reap (0.10.0): none when another worker's reap ran within the
+-- interval, or runs now, so that a fleet reaps about once per interval
+SELECT id, queue, status FROM jobq.reap(NULL::interval, at_most_every => %(every)s::interval)
+
+-- name: reap_each
+-- a Worker's reap (0.9.0): every worker reaps every interval
+SELECT id, queue, status FROM jobq.reap(NULL::interval)
+
 -- name: retry_failed
 SELECT id FROM jobq.retry_failed(%(queue)s, %(ids)s::bigint[]) AS id
 

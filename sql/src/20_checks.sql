@@ -229,6 +229,32 @@ REVOKE ALL ON FUNCTION jobq._raise_not_held(bigint, bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._raise_not_held(bigint, bigint) TO @extowner@;
 
 /*
+ * jobq._raise_keyless(on_conflict, unique_scope, argument): never returns.
+ * Called by jobq.enqueue and enqueue_many when on_conflict or unique_scope
+ * other than the default came without a key (0.10.0: what happens to a
+ * key's holder means nothing without a key); raises 22023 naming the option
+ * given and argument, the key argument missing (unique_key, unique_keys).
+ */
+CREATE FUNCTION jobq._raise_keyless(on_conflict text, unique_scope text, argument text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION '% needs %, got % without it',
+                    CASE WHEN on_conflict <> 'return' THEN 'on_conflict' ELSE 'unique_scope' END, argument,
+                    quote_literal(CASE WHEN on_conflict <> 'return' THEN on_conflict ELSE unique_scope END)
+        USING ERRCODE = '22023',
+              HINT = format('Give %s, or leave on_conflict and unique_scope out: without a key every enqueue inserts a job.',
+                            argument);
+END
+$$;
+COMMENT ON FUNCTION jobq._raise_keyless(text, text, text) IS
+    'Internal: raises 22023 for on_conflict or unique_scope given without a unique key.';
+REVOKE ALL ON FUNCTION jobq._raise_keyless(text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._raise_keyless(text, text, text) TO @extowner@;
+
+/*
  * jobq._check_result(result, argument): returns nothing; raises 54000 when
  * result (any JSON value; NULL is no result) is over 1 MiB.  argument names
  * the caller's argument in the message.

@@ -328,12 +328,7 @@ BEGIN
                                         enqueue.headers);
         -- 0.10.0: what happens to a key's holder means nothing without a key
         IF enqueue.unique_key IS NULL AND (enqueue.on_conflict <> 'return' OR enqueue.unique_scope <> 'active') THEN
-            RAISE EXCEPTION '% needs a unique_key, got % without one',
-                            CASE WHEN enqueue.on_conflict <> 'return' THEN 'on_conflict' ELSE 'unique_scope' END,
-                            quote_literal(CASE WHEN enqueue.on_conflict <> 'return' THEN enqueue.on_conflict
-                                               ELSE enqueue.unique_scope END)
-                USING ERRCODE = '22023',
-                      HINT = 'Give unique_key, or leave on_conflict and unique_scope out: without a key every enqueue inserts a job.';
+            PERFORM jobq._raise_keyless(enqueue.on_conflict, enqueue.unique_scope, 'unique_key');
         END IF;
         IF enqueue.concurrency_key IS NOT NULL OR enqueue.depends_on IS NOT NULL
            OR enqueue.on_parent_failure IS DISTINCT FROM 'cancel' THEN
@@ -454,12 +449,7 @@ BEGIN
         PERFORM jobq._check_keys(enqueue_many.unique_keys, cardinality(enqueue_many.payloads), 'unique_keys');
     ELSIF enqueue_many.on_conflict <> 'return' OR enqueue_many.unique_scope <> 'active' THEN
         -- 0.10.0: what happens to a key's holder means nothing without keys
-        RAISE EXCEPTION '% needs unique_keys, got % without them',
-                        CASE WHEN enqueue_many.on_conflict <> 'return' THEN 'on_conflict' ELSE 'unique_scope' END,
-                        quote_literal(CASE WHEN enqueue_many.on_conflict <> 'return' THEN enqueue_many.on_conflict
-                                           ELSE enqueue_many.unique_scope END)
-            USING ERRCODE = '22023',
-                  HINT = 'Give unique_keys, or leave on_conflict and unique_scope out: without keys every enqueue inserts a job.';
+        PERFORM jobq._raise_keyless(enqueue_many.on_conflict, enqueue_many.unique_scope, 'unique_keys');
     END IF;
     IF enqueue_many.concurrency_keys IS NOT NULL THEN
         PERFORM jobq._check_keys(enqueue_many.concurrency_keys, cardinality(enqueue_many.payloads),

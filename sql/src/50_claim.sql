@@ -164,20 +164,32 @@ COMMENT ON TRIGGER queue_settings_truncated_trg ON jobq.queue_settings IS
  * or over 200 characters, lease_timeout not positive or over 1 day).
  *
  * Forward mode, for a bloated claim index.  Every claimed job leaves a dead
- * entry at the start of jobs_claim_idx until vacuum clears it, and a
- * long-open transaction anywhere keeps vacuum from clearing it: each claim
- * then walks all of them before reaching a queued job.  A claim that walked
- * more than 1,000 entries in vain (dead ones, or rows locked by others) puts
- * the queue in forward mode for 2 seconds: it records the last job it
- * claimed in jobq._claim_hints, and the claims of that queue that follow,
- * from any session, scan on from there, within that job's priority, instead
- * of from the start.  A forward scan that walks more than 1,000 entries in
- * vain moves the position on to its own last job; one that comes up short,
- * and the first claim after the 2 seconds, scan from the start again (and
- * decide anew).  So in forward mode a job that sorts before the position (a
- * higher priority, an earlier run_at) waits up to 2 seconds; without bloat
- * every claim scans from the start, in exact order.  The position is written
- * only under a transaction-level advisory lock taken with
+ * entry at the start of jobs_claim_idx until vacuum clears it: each claim
+ * walks all of them before reaching a queued job.  While a long-open
+ * transaction anywhere keeps vacuum from clearing them, the claim visits
+ * each one's row; otherwise the first scan that finds an entry's row dead
+ * to every transaction marks it, and later scans skip it without the visit,
+ * but still read every index page they fill (about 200 entries a page)
+ * until vacuum runs.  A claim that walked more than 1,000 entries in vain
+ * (dead ones, or rows locked by others; each index page read past the
+ * first four counting as 100 entries, less the entries it claimed: 0.10.0)
+ * puts the queue in forward mode: it records the last job it claimed in
+ * jobq._claim_hints, and the claims of that queue that follow, from any
+ * session, scan on from there, within that job's priority, instead of from
+ * the start.  Forward mode lasts 1 millisecond per entry that scan walked in
+ * vain, at least 2 and at most 30 seconds (0.10.0; 2 seconds before), so
+ * that the scans from the start cost a small share of the time however far
+ * the bloat reaches.  A forward scan that walks more than 1,000 entries in
+ * vain moves the position on to its own last job; one that comes up short
+ * scans from the start.  When forward mode ends, one claim (the one that
+ * takes the queue's lock) scans from the start and decides anew: it puts the
+ * queue in forward mode again, or out of it; the others go on forward
+ * meanwhile (0.10.0; before, every claim of every session scanned from the
+ * start until one of them had decided).  So in forward mode a job that
+ * sorts before the position (a higher priority, an earlier run_at) waits up
+ * to 2 seconds, or up to 30 while the bloat is deep; without bloat every
+ * claim scans from the start, in exact order.  The position is written only
+ * under the queue's transaction-level advisory lock taken with
  * pg_try_advisory_xact_lock, so a claim never waits for another to write it
  * and a queue never has two positions.
  */
@@ -192,8 +204,10 @@ AS $$
 DECLARE
     hint          jobq._claim_hints;  -- the queue's settings and forward mode's position
     picked        bigint[];
-    walked        bigint;
+    walked        bigint;  -- the entries the scan walked in vain (index tuples returned, index pages read)
+    pages         bigint;
     forward_until timestamptz;  -- forward mode lasts until then; NULL: the last scan was from the start
+    deciding      boolean := false;  -- forward mode ended: this claim scans from the start and decides anew
     claimed_at    timestamptz;  -- a queue with limits: when its claim took the gate (52_limits.sql)
 BEGIN
     IF claim.queue IS NULL THEN
@@ -244,25 +258,33 @@ BEGIN
     IF hint.limited THEN
         -- a queue with limits (52_limits.sql): its gate decides how many, and when
         SELECT g.picked, g.at INTO picked, claimed_at FROM jobq._claim_gated(claim.queue, claim.n) AS g;
-    ELSIF hint.until > statement_timestamp() THEN
-        forward_until := hint.until;
-        walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
-        picked := ARRAY(
-            SELECT p.id
-              FROM jobq.jobs AS p
-             WHERE p.queue = (SELECT claim.queue)
-               AND p.status = 'queued'
-               AND p.priority = hint.priority
-               AND (p.run_at, p.id) > (hint.run_at, hint.id)
-               AND p.run_at <= statement_timestamp()
-             ORDER BY p.priority DESC, p.run_at, p.id
-             LIMIT (SELECT claim.n)
-               FOR NO KEY UPDATE SKIP LOCKED);
+    ELSIF hint.until IS NOT NULL THEN
+        -- forward mode; once it has ended, the claim that takes the queue's
+        -- lock decides anew (below), and the others go on forward meanwhile
+        deciding := hint.until <= statement_timestamp()
+                    AND pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(claim.queue));
+        IF NOT deciding THEN
+            forward_until := hint.until;
+            walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
+            pages := pg_stat_get_xact_blocks_fetched('jobq.jobs_claim_idx'::regclass);
+            picked := ARRAY(
+                SELECT p.id
+                  FROM jobq.jobs AS p
+                 WHERE p.queue = (SELECT claim.queue)
+                   AND p.status = 'queued'
+                   AND p.priority = hint.priority
+                   AND (p.run_at, p.id) > (hint.run_at, hint.id)
+                   AND p.run_at <= statement_timestamp()
+                 ORDER BY p.priority DESC, p.run_at, p.id
+                 LIMIT (SELECT claim.n)
+                   FOR NO KEY UPDATE SKIP LOCKED);
+        END IF;
     END IF;
     IF cardinality(picked) IS DISTINCT FROM claim.n AND NOT hint.limited IS TRUE THEN
         -- from the start of the index
         forward_until := NULL;
         walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
+        pages := pg_stat_get_xact_blocks_fetched('jobq.jobs_claim_idx'::regclass);
         picked := ARRAY(
             SELECT p.id
               FROM jobq.jobs AS p
@@ -274,22 +296,36 @@ BEGIN
                FOR NO KEY UPDATE SKIP LOCKED);
     END IF;
 
-    -- the entries the scan walked in vain: those it returned but did not claim
-    walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass) - walked
-              - cardinality(picked);  -- NULL for a queue with limits: no forward mode
+    -- the entries the scan walked in vain: those it returned but did not
+    -- claim, or those of the pages it read past the first four (a descent and
+    -- a leaf) whose entries were skipped unreturned (dead to every
+    -- transaction), a page as 100 entries; NULL for a queue with limits: no
+    -- forward mode
+    walked := greatest(pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass) - walked,
+                       (pg_stat_get_xact_blocks_fetched('jobq.jobs_claim_idx'::regclass) - pages - 4) * 100)
+              - cardinality(picked);
     IF walked > 1000 AND cardinality(picked) > 0
-       AND pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(claim.queue)) THEN
+       AND (deciding OR pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(claim.queue))) THEN
+        -- forward mode from this claim's last job: on, kept on, or moved on;
+        -- a scan from the start sets how long it lasts
+        forward_until := coalesce(forward_until, statement_timestamp()
+                                  + least(interval '30 seconds',
+                                          greatest(interval '2 seconds', walked * interval '1 millisecond')));
         UPDATE jobq._claim_hints AS h
-           SET priority = p.priority, run_at = p.run_at, id = p.id,
-               until = coalesce(forward_until, statement_timestamp() + interval '2 seconds')
+           SET priority = p.priority, run_at = p.run_at, id = p.id, until = forward_until
           FROM jobq.jobs AS p
          WHERE h.queue = claim.queue AND p.id = picked[cardinality(picked)];
         IF NOT FOUND THEN  -- the settings were not cached: a row for the position alone
             INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until)
-            SELECT claim.queue, p.priority, p.run_at, p.id, statement_timestamp() + interval '2 seconds'
+            SELECT claim.queue, p.priority, p.run_at, p.id, forward_until
               FROM jobq.jobs AS p
              WHERE p.id = picked[cardinality(picked)];
         END IF;
+    ELSIF deciding THEN
+        -- forward mode ended, and the scan from the start found no bloat: out of it
+        UPDATE jobq._claim_hints AS h
+           SET priority = NULL, run_at = NULL, id = NULL, until = NULL
+         WHERE h.queue = claim.queue;
     END IF;
 
     -- a worker that got jobs is busy, no longer waiting (30_notify.sql):

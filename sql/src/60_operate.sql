@@ -2,8 +2,23 @@
 -- Operating: recovery, redrive, retention, and what to watch
 ----------------------------------------------------------------------------
 
+-- When the workers' reaps last ran (jobq.reap given at_most_every): one
+-- row.  Unlogged and never dumped: a crash forgets it, and the next
+-- worker's reap runs and writes it again.
+CREATE UNLOGGED TABLE jobq._last_reap (
+    one boolean     NOT NULL DEFAULT true,
+    at  timestamptz NOT NULL,
+    CONSTRAINT _last_reap_pkey PRIMARY KEY (one),
+    CONSTRAINT _last_reap_one CHECK (one)
+);
+COMMENT ON TABLE jobq._last_reap IS
+    'Internal: when a reap given at_most_every last ran (one row), so that a fleet of workers reaps about once per interval.';
+COMMENT ON COLUMN jobq._last_reap.one IS 'Always true: the table has one row.';
+COMMENT ON COLUMN jobq._last_reap.at IS 'When that reap ran (its statement''s time).';
+REVOKE ALL ON TABLE jobq._last_reap FROM PUBLIC;
+
 /*
- * jobq.reap(stale): the recovered jobs (rows of jobq.jobs, task last), by
+ * jobq.reap(stale, at_most_every): the recovered jobs (rows of jobq.jobs, task last), by
  * id: running jobs whose lease has expired (lease_expires_at, set by claim
  * from its lease_timeout and moved on
  * by every heartbeat, never past the job's deadline) go back to queued
@@ -16,10 +31,21 @@
  * the whole test; no longer needed).  Locks: FOR NO KEY UPDATE SKIP LOCKED,
  * so two reapers, or a reaper and a completing worker, never wait on each
  * other.  0.10.0: also marks the xid clock (jobq._mark_xid_clock), at
- * most once every 10 seconds.  Raises 22023 (stale not positive, or over
- * 10 years).
+ * most once every 10 seconds.
+ *
+ * at_most_every (0.10.0, default NULL: reap now), for the workers, which
+ * each reap every few seconds: given, the reap runs only when no reap given
+ * at_most_every ran in the last at_most_every (jobq._last_reap) and none is
+ * running; otherwise it returns no rows at once.  So a fleet of workers
+ * reaps about once per interval instead of once per worker: each reap walks
+ * every running entry of jobs_status_idx, and while a long-open transaction
+ * keeps vacuum from removing them, the versions of every job run since stay
+ * there, so that every reap costs in proportion to the jobs done since.
+ * Locks the advisory lock (hashtext('jobq.reap'), 0) with
+ * pg_try_advisory_xact_lock, never waiting.  Raises 22023 (stale or
+ * at_most_every not positive, or over 10 years, 1 day).
  */
-CREATE FUNCTION jobq.reap(stale interval DEFAULT NULL)
+CREATE FUNCTION jobq.reap(stale interval DEFAULT NULL, at_most_every interval DEFAULT NULL)
 RETURNS SETOF jobq.jobs
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: the worker level recovers expired leases without UPDATE
@@ -32,6 +58,22 @@ BEGIN
     IF reap.stale <= interval '0' OR reap.stale > interval '10 years' THEN
         RAISE EXCEPTION 'stale must be a positive interval of at most 10 years, got %', reap.stale
             USING ERRCODE = '22023';
+    END IF;
+    IF reap.at_most_every <= interval '0' OR reap.at_most_every > interval '1 day' THEN
+        RAISE EXCEPTION 'at_most_every must be a positive interval of at most 1 day, got %', reap.at_most_every
+            USING ERRCODE = '22023';
+    END IF;
+    IF reap.at_most_every IS NOT NULL THEN
+        -- a worker's reap: none while another runs, none within at_most_every of the last
+        IF NOT pg_try_advisory_xact_lock(hashtext('jobq.reap'), 0) THEN
+            RETURN;
+        END IF;
+        INSERT INTO jobq._last_reap AS r (at) VALUES (statement_timestamp())
+        ON CONFLICT ON CONSTRAINT _last_reap_pkey DO UPDATE SET at = excluded.at
+         WHERE r.at <= excluded.at - reap.at_most_every;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
     END IF;
     PERFORM jobq._mark_xid_clock();  -- every worker reaps every few seconds: it keeps the clock
 
@@ -73,10 +115,10 @@ BEGIN
      ORDER BY r.id;
 END
 $$;
-COMMENT ON FUNCTION jobq.reap(interval) IS
-    'Recover running jobs whose lease expired or whose timeout passed: back to queued, failed when out of attempts, cancelled when a cancel was requested. Returns them. stale, when given, also requires the lease to be older than stale.';
-REVOKE ALL ON FUNCTION jobq.reap(interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.reap(interval) TO @extowner@;
+COMMENT ON FUNCTION jobq.reap(interval, interval) IS
+    'Recover running jobs whose lease expired or whose timeout passed: back to queued, failed when out of attempts, cancelled when a cancel was requested. Returns them. stale, when given, also requires the lease to be older than stale; at_most_every, when given, skips the reap (no rows) if one given it ran within that interval or is running.';
+REVOKE ALL ON FUNCTION jobq.reap(interval, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.reap(interval, interval) TO @extowner@;
 
 /*
  * jobq.retry_failed(queue, ids): the ids redriven, ascending.  Failed jobs

@@ -64,7 +64,7 @@ BEGIN
                 'jobq.heartbeat_many(bigint[], bigint[])',
                 'jobq.heartbeat_status(bigint[], bigint[])',
                 'jobq.release(bigint, bigint)',
-                'jobq.reap(interval)',
+                'jobq.reap(interval, interval)',
                 'jobq.tick()',
                 'jobq.metrics()',
                 'jobq.register_waiter(text, text, interval)',

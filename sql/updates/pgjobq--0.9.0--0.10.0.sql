@@ -149,6 +149,32 @@ COMMENT ON TABLE jobq._waiters IS
 -- on_conflict or unique_scope without a unique key: refused (22023), no
 -- longer ignored
 /*
+ * jobq._raise_keyless(on_conflict, unique_scope, argument): never returns.
+ * Called by jobq.enqueue and enqueue_many when on_conflict or unique_scope
+ * other than the default came without a key (0.10.0: what happens to a
+ * key's holder means nothing without a key); raises 22023 naming the option
+ * given and argument, the key argument missing (unique_key, unique_keys).
+ */
+CREATE FUNCTION jobq._raise_keyless(on_conflict text, unique_scope text, argument text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION '% needs %, got % without it',
+                    CASE WHEN on_conflict <> 'return' THEN 'on_conflict' ELSE 'unique_scope' END, argument,
+                    quote_literal(CASE WHEN on_conflict <> 'return' THEN on_conflict ELSE unique_scope END)
+        USING ERRCODE = '22023',
+              HINT = format('Give %s, or leave on_conflict and unique_scope out: without a key every enqueue inserts a job.',
+                            argument);
+END
+$$;
+COMMENT ON FUNCTION jobq._raise_keyless(text, text, text) IS
+    'Internal: raises 22023 for on_conflict or unique_scope given without a unique key.';
+REVOKE ALL ON FUNCTION jobq._raise_keyless(text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._raise_keyless(text, text, text) TO @extowner@;
+
+/*
  * jobq.enqueue(queue, payload, priority, run_at, max_attempts, unique_key,
  * unique_scope, on_conflict, headers, concurrency_key, depends_on,
  * on_parent_failure, task): the new job's id.  Runs in the
@@ -270,12 +296,7 @@ BEGIN
                                         enqueue.headers);
         -- 0.10.0: what happens to a key's holder means nothing without a key
         IF enqueue.unique_key IS NULL AND (enqueue.on_conflict <> 'return' OR enqueue.unique_scope <> 'active') THEN
-            RAISE EXCEPTION '% needs a unique_key, got % without one',
-                            CASE WHEN enqueue.on_conflict <> 'return' THEN 'on_conflict' ELSE 'unique_scope' END,
-                            quote_literal(CASE WHEN enqueue.on_conflict <> 'return' THEN enqueue.on_conflict
-                                               ELSE enqueue.unique_scope END)
-                USING ERRCODE = '22023',
-                      HINT = 'Give unique_key, or leave on_conflict and unique_scope out: without a key every enqueue inserts a job.';
+            PERFORM jobq._raise_keyless(enqueue.on_conflict, enqueue.unique_scope, 'unique_key');
         END IF;
         IF enqueue.concurrency_key IS NOT NULL OR enqueue.depends_on IS NOT NULL
            OR enqueue.on_parent_failure IS DISTINCT FROM 'cancel' THEN
@@ -394,12 +415,7 @@ BEGIN
         PERFORM jobq._check_keys(enqueue_many.unique_keys, cardinality(enqueue_many.payloads), 'unique_keys');
     ELSIF enqueue_many.on_conflict <> 'return' OR enqueue_many.unique_scope <> 'active' THEN
         -- 0.10.0: what happens to a key's holder means nothing without keys
-        RAISE EXCEPTION '% needs unique_keys, got % without them',
-                        CASE WHEN enqueue_many.on_conflict <> 'return' THEN 'on_conflict' ELSE 'unique_scope' END,
-                        quote_literal(CASE WHEN enqueue_many.on_conflict <> 'return' THEN enqueue_many.on_conflict
-                                           ELSE enqueue_many.unique_scope END)
-            USING ERRCODE = '22023',
-                  HINT = 'Give unique_keys, or leave on_conflict and unique_scope out: without keys every enqueue inserts a job.';
+        PERFORM jobq._raise_keyless(enqueue_many.on_conflict, enqueue_many.unique_scope, 'unique_keys');
     END IF;
     IF enqueue_many.concurrency_keys IS NOT NULL THEN
         PERFORM jobq._check_keys(enqueue_many.concurrency_keys, cardinality(enqueue_many.payloads),
@@ -632,8 +648,25 @@ COMMENT ON FUNCTION jobq._oldest_transaction_age() IS
 REVOKE ALL ON FUNCTION jobq._oldest_transaction_age() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._oldest_transaction_age() TO @extowner@;
 
+-- jobq.reap gains at_most_every, for the workers' reaps: created beside the
+-- old signature, which is dropped once its grants are copied (below)
+-- When the workers' reaps last ran (jobq.reap given at_most_every): one
+-- row.  Unlogged and never dumped: a crash forgets it, and the next
+-- worker's reap runs and writes it again.
+CREATE UNLOGGED TABLE jobq._last_reap (
+    one boolean     NOT NULL DEFAULT true,
+    at  timestamptz NOT NULL,
+    CONSTRAINT _last_reap_pkey PRIMARY KEY (one),
+    CONSTRAINT _last_reap_one CHECK (one)
+);
+COMMENT ON TABLE jobq._last_reap IS
+    'Internal: when a reap given at_most_every last ran (one row), so that a fleet of workers reaps about once per interval.';
+COMMENT ON COLUMN jobq._last_reap.one IS 'Always true: the table has one row.';
+COMMENT ON COLUMN jobq._last_reap.at IS 'When that reap ran (its statement''s time).';
+REVOKE ALL ON TABLE jobq._last_reap FROM PUBLIC;
+
 /*
- * jobq.reap(stale): the recovered jobs (rows of jobq.jobs, task last), by
+ * jobq.reap(stale, at_most_every): the recovered jobs (rows of jobq.jobs, task last), by
  * id: running jobs whose lease has expired (lease_expires_at, set by claim
  * from its lease_timeout and moved on
  * by every heartbeat, never past the job's deadline) go back to queued
@@ -646,10 +679,21 @@ GRANT EXECUTE ON FUNCTION jobq._oldest_transaction_age() TO @extowner@;
  * the whole test; no longer needed).  Locks: FOR NO KEY UPDATE SKIP LOCKED,
  * so two reapers, or a reaper and a completing worker, never wait on each
  * other.  0.10.0: also marks the xid clock (jobq._mark_xid_clock), at
- * most once every 10 seconds.  Raises 22023 (stale not positive, or over
- * 10 years).
+ * most once every 10 seconds.
+ *
+ * at_most_every (0.10.0, default NULL: reap now), for the workers, which
+ * each reap every few seconds: given, the reap runs only when no reap given
+ * at_most_every ran in the last at_most_every (jobq._last_reap) and none is
+ * running; otherwise it returns no rows at once.  So a fleet of workers
+ * reaps about once per interval instead of once per worker: each reap walks
+ * every running entry of jobs_status_idx, and while a long-open transaction
+ * keeps vacuum from removing them, the versions of every job run since stay
+ * there, so that every reap costs in proportion to the jobs done since.
+ * Locks the advisory lock (hashtext('jobq.reap'), 0) with
+ * pg_try_advisory_xact_lock, never waiting.  Raises 22023 (stale or
+ * at_most_every not positive, or over 10 years, 1 day).
  */
-CREATE OR REPLACE FUNCTION jobq.reap(stale interval DEFAULT NULL)
+CREATE FUNCTION jobq.reap(stale interval DEFAULT NULL, at_most_every interval DEFAULT NULL)
 RETURNS SETOF jobq.jobs
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: the worker level recovers expired leases without UPDATE
@@ -662,6 +706,22 @@ BEGIN
     IF reap.stale <= interval '0' OR reap.stale > interval '10 years' THEN
         RAISE EXCEPTION 'stale must be a positive interval of at most 10 years, got %', reap.stale
             USING ERRCODE = '22023';
+    END IF;
+    IF reap.at_most_every <= interval '0' OR reap.at_most_every > interval '1 day' THEN
+        RAISE EXCEPTION 'at_most_every must be a positive interval of at most 1 day, got %', reap.at_most_every
+            USING ERRCODE = '22023';
+    END IF;
+    IF reap.at_most_every IS NOT NULL THEN
+        -- a worker's reap: none while another runs, none within at_most_every of the last
+        IF NOT pg_try_advisory_xact_lock(hashtext('jobq.reap'), 0) THEN
+            RETURN;
+        END IF;
+        INSERT INTO jobq._last_reap AS r (at) VALUES (statement_timestamp())
+        ON CONFLICT ON CONSTRAINT _last_reap_pkey DO UPDATE SET at = excluded.at
+         WHERE r.at <= excluded.at - reap.at_most_every;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
     END IF;
     PERFORM jobq._mark_xid_clock();  -- every worker reaps every few seconds: it keeps the clock
 
@@ -703,8 +763,10 @@ BEGIN
      ORDER BY r.id;
 END
 $$;
-COMMENT ON FUNCTION jobq.reap(interval) IS
-    'Recover running jobs whose lease expired or whose timeout passed: back to queued, failed when out of attempts, cancelled when a cancel was requested. Returns them. stale, when given, also requires the lease to be older than stale.';
+COMMENT ON FUNCTION jobq.reap(interval, interval) IS
+    'Recover running jobs whose lease expired or whose timeout passed: back to queued, failed when out of attempts, cancelled when a cancel was requested. Returns them. stale, when given, also requires the lease to be older than stale; at_most_every, when given, skips the reap (no rows) if one given it ran within that interval or is running.';
+REVOKE ALL ON FUNCTION jobq.reap(interval, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.reap(interval, interval) TO @extowner@;
 
 -- Written fully qualified (OPERATOR(pg_catalog.x), pg_catalog.f): a view is
 -- parsed once, here, with the installing session's search_path.
@@ -958,7 +1020,7 @@ BEGIN
                 'jobq.heartbeat_many(bigint[], bigint[])',
                 'jobq.heartbeat_status(bigint[], bigint[])',
                 'jobq.release(bigint, bigint)',
-                'jobq.reap(interval)',
+                'jobq.reap(interval, interval)',
                 'jobq.tick()',
                 'jobq.metrics()',
                 'jobq.register_waiter(text, text, interval)',
@@ -1800,6 +1862,244 @@ COMMENT ON FUNCTION jobq.tick() IS
     'Enqueue the occurrences of schedules due within the next minute (and missed ones, by catch_up), then delete up to 10,000 finished jobs whose retention ended; returns how many jobs it enqueued. Run by workers or pg_cron.';
 
 ----------------------------------------------------------------------------
+-- The soak with a held snapshot (issue 25, section 3): forward mode lasts
+-- in proportion to the bloat its scan met, and when it ends one claim
+-- decides anew while the others go on forward (jobq.reap's at_most_every,
+-- the workers' other half of it, is above)
+----------------------------------------------------------------------------
+
+/*
+ * jobq.claim(queue, n, worker, lease_timeout): up to n runnable jobs of
+ * queue (rows of jobq.jobs: every column, task the last since 0.9.0, so
+ * that readers by position find 0.8.0's where they were), now running
+ * under a new lease that expires lease_timeout from now
+ * (NULL, the default: the queue's lease_timeout, else 60 seconds;
+ * heartbeats extend it by that length again), in claim order (priority
+ * desc, run_at, id).  Never claims a job whose run_at is in the future, nor
+ * any job of a paused queue.  locked_at is the statement's clock.  Applies
+ * the queue's settings (jobq.queue_settings, as cached in
+ * jobq._claim_hints): a job's deadline is now + the queue's timeout (NULL:
+ * none), which its lease never outlasts (kept in jobq.deadlines for the
+ * heartbeats), and a job enqueued without max_attempts gets the queue's,
+ * written into its row (without settings it stays NULL, which means 3).
+ *
+ * Locks: FOR NO KEY UPDATE SKIP LOCKED on the jobs it picks (at most n, from
+ * jobs_claim_idx), which it then updates by primary key; never waits on a
+ * job's lock.  When it claims a job, deletes worker's registration as a
+ * waiter of queue (jobq.wait), if any: that worker is busy.  Raises 22004 (NULL
+ * queue, n or worker), 22023 (bad queue name, n outside 1..1000, worker empty
+ * or over 200 characters, lease_timeout not positive or over 1 day).
+ *
+ * Forward mode, for a bloated claim index.  Every claimed job leaves a dead
+ * entry at the start of jobs_claim_idx until vacuum clears it, and a
+ * long-open transaction anywhere keeps vacuum from clearing it: each claim
+ * then walks all of them before reaching a queued job.  A claim that walked
+ * more than 1,000 entries in vain (dead ones, or rows locked by others) puts
+ * the queue in forward mode: it records the last job it claimed in
+ * jobq._claim_hints, and the claims of that queue that follow, from any
+ * session, scan on from there, within that job's priority, instead of from
+ * the start.  Forward mode lasts 1 millisecond per entry that scan walked in
+ * vain, at least 2 and at most 30 seconds (0.10.0; 2 seconds before), so
+ * that the scans from the start cost a small share of the time however far
+ * the bloat reaches.  A forward scan that walks more than 1,000 entries in
+ * vain moves the position on to its own last job; one that comes up short
+ * scans from the start.  When forward mode ends, one claim (the one that
+ * takes the queue's lock) scans from the start and decides anew: it puts the
+ * queue in forward mode again, or out of it; the others go on forward
+ * meanwhile (0.10.0; before, every claim of every session scanned from the
+ * start until one of them had decided).  So in forward mode a job that
+ * sorts before the position (a higher priority, an earlier run_at) waits up
+ * to 2 seconds, or up to 30 while the bloat is deep; without bloat every
+ * claim scans from the start, in exact order.  The position is written only
+ * under the queue's transaction-level advisory lock taken with
+ * pg_try_advisory_xact_lock, so a claim never waits for another to write it
+ * and a queue never has two positions.
+ */
+CREATE OR REPLACE FUNCTION jobq.claim(queue text, n integer, worker text,
+                           lease_timeout interval DEFAULT NULL)
+RETURNS SETOF jobq.jobs
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT ROWS 10
+-- SECURITY DEFINER: workers claim without privileges on jobq.jobs.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    hint          jobq._claim_hints;  -- the queue's settings and forward mode's position
+    picked        bigint[];
+    walked        bigint;
+    forward_until timestamptz;  -- forward mode lasts until then; NULL: the last scan was from the start
+    deciding      boolean := false;  -- forward mode ended: this claim scans from the start and decides anew
+    claimed_at    timestamptz;  -- a queue with limits: when its claim took the gate (52_limits.sql)
+BEGIN
+    IF claim.queue IS NULL THEN
+        RAISE EXCEPTION 'queue must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF claim.queue !~ '^[a-z0-9_]{1,58}$' THEN
+        RAISE EXCEPTION 'queue must be 1 to 58 characters of a-z, 0-9 and _, got %',
+                        quote_literal(left(claim.queue, 80))
+            USING ERRCODE = '22023',
+                  HINT = 'Queue names become notification channels jobq_<queue>.';
+    END IF;
+    IF claim.n IS NULL THEN
+        RAISE EXCEPTION 'n must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF claim.n < 1 OR claim.n > 1000 THEN
+        RAISE EXCEPTION 'n must be between 1 and 1000, got %', claim.n USING ERRCODE = '22023';
+    END IF;
+    IF claim.worker IS NULL THEN
+        RAISE EXCEPTION 'worker must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF length(claim.worker) < 1 OR length(claim.worker) > 200 THEN
+        RAISE EXCEPTION 'worker must be 1 to 200 characters, got %', length(claim.worker)
+            USING ERRCODE = '22023';
+    END IF;
+    IF claim.lease_timeout <= interval '0' OR claim.lease_timeout > interval '1 day' THEN  -- NULL: the queue's
+        RAISE EXCEPTION 'lease_timeout must be a positive interval of at most 1 day, got %', claim.lease_timeout
+            USING ERRCODE = '22023';
+    END IF;
+
+    -- The statements below read the arguments through sub-selects, written
+    -- (SELECT claim.queue), (SELECT claim.n), (SELECT picked): the planner
+    -- cannot see through them, so a plan made for one call's values costs
+    -- the same as the generic plan and the plan cache keeps the generic one.
+    -- Given the values themselves, it re-planned these statements at every
+    -- call (a custom plan looks cheaper for a known queue, n or array), which
+    -- was a third of a claim's instructions (bench/instructions.py).
+    SELECT h.* INTO hint
+      FROM jobq._claim_hints AS h
+     WHERE h.queue = claim.queue AND h.cached_until >= statement_timestamp();
+    IF NOT FOUND OR hint.paused THEN
+        IF NOT FOUND THEN  -- none, or a minute old
+            hint := jobq._claim_settings(claim.queue);
+        END IF;
+        IF hint.paused THEN
+            RETURN;  -- a paused queue hands out nothing
+        END IF;
+    END IF;
+    IF hint.limited THEN
+        -- a queue with limits (52_limits.sql): its gate decides how many, and when
+        SELECT g.picked, g.at INTO picked, claimed_at FROM jobq._claim_gated(claim.queue, claim.n) AS g;
+    ELSIF hint.until IS NOT NULL THEN
+        -- forward mode; once it has ended, the claim that takes the queue's
+        -- lock decides anew (below), and the others go on forward meanwhile
+        deciding := hint.until <= statement_timestamp()
+                    AND pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(claim.queue));
+        IF NOT deciding THEN
+            forward_until := hint.until;
+            walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
+            picked := ARRAY(
+                SELECT p.id
+                  FROM jobq.jobs AS p
+                 WHERE p.queue = (SELECT claim.queue)
+                   AND p.status = 'queued'
+                   AND p.priority = hint.priority
+                   AND (p.run_at, p.id) > (hint.run_at, hint.id)
+                   AND p.run_at <= statement_timestamp()
+                 ORDER BY p.priority DESC, p.run_at, p.id
+                 LIMIT (SELECT claim.n)
+                   FOR NO KEY UPDATE SKIP LOCKED);
+        END IF;
+    END IF;
+    IF cardinality(picked) IS DISTINCT FROM claim.n AND NOT hint.limited IS TRUE THEN
+        -- from the start of the index
+        forward_until := NULL;
+        walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
+        picked := ARRAY(
+            SELECT p.id
+              FROM jobq.jobs AS p
+             WHERE p.queue = (SELECT claim.queue)
+               AND p.status = 'queued'
+               AND p.run_at <= statement_timestamp()
+             ORDER BY p.priority DESC, p.run_at, p.id
+             LIMIT (SELECT claim.n)
+               FOR NO KEY UPDATE SKIP LOCKED);
+    END IF;
+
+    -- the entries the scan walked in vain: those it returned but did not claim
+    walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass) - walked
+              - cardinality(picked);  -- NULL for a queue with limits: no forward mode
+    IF walked > 1000 AND cardinality(picked) > 0
+       AND (deciding OR pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(claim.queue))) THEN
+        -- forward mode from this claim's last job: on, kept on, or moved on;
+        -- a scan from the start sets how long it lasts
+        forward_until := coalesce(forward_until, statement_timestamp()
+                                  + least(interval '30 seconds',
+                                          greatest(interval '2 seconds', walked * interval '1 millisecond')));
+        UPDATE jobq._claim_hints AS h
+           SET priority = p.priority, run_at = p.run_at, id = p.id, until = forward_until
+          FROM jobq.jobs AS p
+         WHERE h.queue = claim.queue AND p.id = picked[cardinality(picked)];
+        IF NOT FOUND THEN  -- the settings were not cached: a row for the position alone
+            INSERT INTO jobq._claim_hints (queue, priority, run_at, id, until)
+            SELECT claim.queue, p.priority, p.run_at, p.id, forward_until
+              FROM jobq.jobs AS p
+             WHERE p.id = picked[cardinality(picked)];
+        END IF;
+    ELSIF deciding THEN
+        -- forward mode ended, and the scan from the start found no bloat: out of it
+        UPDATE jobq._claim_hints AS h
+           SET priority = NULL, run_at = NULL, id = NULL, until = NULL
+         WHERE h.queue = claim.queue;
+    END IF;
+
+    -- a worker that got jobs is busy, no longer waiting (30_notify.sql):
+    -- enqueues stop notifying for it until it waits again.  One that got
+    -- none stays registered: it is about to sleep.
+    IF cardinality(picked) > 0 THEN
+        DELETE FROM jobq._waiters AS w WHERE w.queue = claim.queue AND w.worker = claim.worker;
+    END IF;
+
+    IF hint.paused IS NULL THEN
+        -- a plain queue (no settings): the lease asked for, else 60 seconds;
+        -- max_attempts stays as enqueued (NULL: 3, which fail and reap apply)
+        RETURN QUERY
+        WITH claimed AS (
+            UPDATE jobq.jobs AS j
+               SET status           = 'running',
+                   locked_by        = claim.worker,
+                   locked_at        = statement_timestamp(),
+                   lease_expires_at = statement_timestamp() + coalesce(claim.lease_timeout, interval '60 seconds'),
+                   attempts         = j.attempts + 1,
+                   lease            = j.lease + 1
+             WHERE j.id = ANY ((SELECT picked)::bigint[])
+            RETURNING j.*
+        )
+        SELECT c.* FROM claimed AS c ORDER BY c.priority DESC, c.run_at, c.id;
+        RETURN;
+    END IF;
+
+    -- a queue with settings: its lease, its max_attempts, and its timeout,
+    -- which the lease never outlasts (jobq.deadlines keeps the deadline for
+    -- the heartbeats); a statement of its own, so the plain one keeps its
+    -- short plan
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE jobq.jobs AS j
+           SET status           = 'running',
+               locked_by        = claim.worker,
+               locked_at        = coalesce(claimed_at, statement_timestamp()),
+               lease_expires_at = least(coalesce(claimed_at, statement_timestamp())
+                                        + coalesce(claim.lease_timeout, hint.lease_timeout, interval '60 seconds'),
+                                        coalesce(claimed_at, statement_timestamp()) + hint.timeout),
+               max_attempts     = coalesce(j.max_attempts, hint.max_attempts, 3),
+               attempts         = j.attempts + 1,
+               lease            = j.lease + 1
+         WHERE j.id = ANY ((SELECT picked)::bigint[])
+        RETURNING j.*
+    ), timed AS (
+        INSERT INTO jobq.deadlines (id, lease, deadline)
+        SELECT c.id, c.lease, coalesce(claimed_at, statement_timestamp()) + hint.timeout
+          FROM claimed AS c
+         WHERE (SELECT hint.timeout) IS NOT NULL  -- a sub-select, so the plan cache keeps one plan
+        ON CONFLICT ON CONSTRAINT deadlines_pkey DO UPDATE SET lease = excluded.lease, deadline = excluded.deadline
+    )
+    SELECT c.* FROM claimed AS c ORDER BY c.priority DESC, c.run_at, c.id;
+END
+$$;
+COMMENT ON FUNCTION jobq.claim(text, integer, text, interval) IS
+    'Claim up to n runnable jobs of a queue for worker (FOR NO KEY UPDATE SKIP LOCKED), each under a new lease that expires lease_timeout (default: the queue''s, else 60 s) from now; returns them running. A paused queue gives none.';
+
+----------------------------------------------------------------------------
 -- Grants: each role keeps its level.  A new function is granted to every
 -- role that may execute the one it serves: jobq.register_waiter to those
 -- that may execute jobq.wait(queue, worker, up_to) (the worker level),
@@ -1827,6 +2127,7 @@ BEGIN
                 ('jobq.purge(interval, integer, boolean)', 'jobq._delete_rows(bigint[])'),
                 ('jobq._queues()', 'jobq._oldest_transaction_age()'),
                 ('jobq._queues()', 'jobq._retention(interval, text[], text)'),
+                ('jobq.reap(interval)', 'jobq.reap(interval, interval)'),
                 ('jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval)',
                  'jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval, interval, interval, interval, text[])')) AS c(old, new)
     LOOP
@@ -1858,7 +2159,7 @@ BEGIN
         END IF;
     END LOOP;
     IF pg_catalog.cardinality(kept) OPERATOR(pg_catalog.>) 0 THEN
-        RAISE WARNING 'pgjobq 0.10.0 granted % the new jobq.register_waiter and jobq.configure_queue, and '
+        RAISE WARNING 'pgjobq 0.10.0 granted % the new jobq.register_waiter, jobq.configure_queue and jobq.reap, and '
                       'the internal functions of purge, health and queues', pg_catalog.array_to_string(kept, ', ')
             USING DETAIL = 'An upgrade not run by a superuser records its grants as initial privileges, which '
                            'pg_dump leaves out.',
@@ -1868,5 +2169,6 @@ BEGIN
 END
 $$;
 
--- the old signature, replaced above
+-- the old signatures, replaced above
 DROP FUNCTION jobq.configure_queue(text, integer, interval, interval, double precision, interval, interval, text[], integer, integer, text, integer, interval);
+DROP FUNCTION jobq.reap(interval);

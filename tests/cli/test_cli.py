@@ -148,7 +148,7 @@ def test_bad_usage_prints_one_line_and_exits_2(dsn: str, db: Db, args: tuple[str
     [
         (("enqueue", "Bad Queue", "{}"), "queue must be 1 to 58 characters"),
         (("enqueue", "default", "{}", "--max-attempts", "0"), "max_attempts must be between 1 and 1000"),
-        (("enqueue", "default", "{}", "--on-conflict", "skip"), "on_conflict needs a unique_key"),
+        (("enqueue", "default", "{}", "--on-conflict", "skip"), "on_conflict needs unique_key,"),
         (
             ("worker", "helpers.handlers:record", "--concurrency", "0"),
             "concurrency must be between 1 and 1000",

@@ -283,7 +283,7 @@ CASES: dict[str, Case] = {
     "unique-scope-unknown": remote(enqueue({}, unique_key="k", unique_scope="forever"), "unique_scope"),
     "on-conflict-unknown": remote(enqueue({}, unique_key="k", on_conflict="ignore"), "on_conflict"),
     "on-conflict-without-a-unique-key": remote(
-        enqueue({}, on_conflict="skip"), "on_conflict needs a unique_key"
+        enqueue({}, on_conflict="skip"), "on_conflict needs unique_key,"
     ),
     "unique-scope-without-unique-keys": remote(
         lambda c, _: pgjobq.enqueue_many(c, "default", [{}], unique_scope="until_done"),

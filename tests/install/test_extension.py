@@ -260,7 +260,7 @@ LEVEL_PRIVILEGES = """
            has_function_privilege(r.oid, 'jobq.snooze(bigint, bigint, interval)', 'EXECUTE') AS snooze,
            has_function_privilege(r.oid, 'jobq.fail(bigint, text, bigint, interval, boolean)', 'EXECUTE')
                AS fail,
-           has_function_privilege(r.oid, 'jobq.reap(interval)', 'EXECUTE') AS reap,
+           has_function_privilege(r.oid, 'jobq.reap(interval, interval)', 'EXECUTE') AS reap,
            has_function_privilege(r.oid, 'jobq.version()', 'EXECUTE') AS version
       FROM pg_roles AS r WHERE r.rolname IN (%s, %s) ORDER BY r.rolname = %s DESC
 """

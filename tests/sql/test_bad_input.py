@@ -588,6 +588,18 @@ OPERATING_CASES = [
         "22023",
         "stale",
     ),
+    case(
+        "reap-zero-at-most-every",
+        "SELECT * FROM jobq.reap(NULL, at_most_every => '0 s')",
+        "22023",
+        "at_most_every",
+    ),
+    case(
+        "reap-2-day-at-most-every",
+        "SELECT * FROM jobq.reap(NULL, at_most_every => '2 days')",
+        "22023",
+        "at_most_every",
+    ),
     *[
         case(
             f"retry-failed-{name}-queue",

@@ -2,9 +2,11 @@
 
 Every claimed job leaves a dead entry at the start of the claim index until
 vacuum clears it.  A claim that walked more than 1,000 of them in vain puts
-the queue in forward mode: for 2 seconds the claims of that queue, from any
-session, scan on from the last job that claim took.  The position lives in
-the table jobq._claim_hints, one row per queue, never in a session.
+the queue in forward mode: for a millisecond per entry walked in vain (at
+least 2 seconds, at most 30) the claims of that queue, from any session,
+scan on from the last job that claim took.  When it ends, the one claim that
+takes the queue's lock scans from the start and decides anew.  The position
+lives in the table jobq._claim_hints, one row per queue, never in a session.
 """
 
 from __future__ import annotations
@@ -116,6 +118,102 @@ def test_forward_scans_that_walk_far_move_the_position_on(db: Db) -> None:
 
     assert claimed == ids[2_010:2_020]
     assert hint(db) == {"id": ids[2_019], "in_force": True}
+
+
+def dead_entries(db: Db, count: int) -> None:
+    """count dead entries at the start of the claim index (jobs claimed and completed while the snapshot
+    is held), in claims of at most 1,000 that leave the queue out of forward mode."""
+    fill(db, count)
+    while count:
+        claim_and_complete(db, min(count, 1_000))
+        db.execute("DELETE FROM jobq._claim_hints")
+        count -= min(count, 1_000)
+
+
+def forward_mode_left(db: Db) -> float:
+    """How many seconds the queue's forward mode has left."""
+    left = db.execute(
+        "SELECT extract(epoch FROM until - statement_timestamp()) AS s"
+        "  FROM jobq._claim_hints WHERE queue = 'default'"
+    ).fetchone()
+    assert left is not None
+    return float(left["s"])
+
+
+@pytest.mark.usefixtures("snapshot_held")
+def test_forward_mode_lasts_at_least_2_seconds(db: Db) -> None:
+    dead_entries(db, 1_500)
+    fill(db, 10)
+
+    claim_ids(db, 10)  # walks 1,500 dead entries in vain
+
+    assert 1.5 < forward_mode_left(db) <= 2.0
+
+
+@pytest.mark.usefixtures("snapshot_held")
+def test_forward_mode_lasts_a_millisecond_per_entry_walked_in_vain(db: Db) -> None:
+    dead_entries(db, 6_000)
+    fill(db, 10)
+
+    claim_ids(db, 10)
+
+    assert 5.5 < forward_mode_left(db) <= 6.0
+
+
+@pytest.mark.usefixtures("snapshot_held")
+def test_forward_mode_lasts_at_most_30_seconds(db: Db) -> None:
+    dead_entries(db, 32_000)
+    fill(db, 10)
+
+    claim_ids(db, 10)
+
+    assert 29.5 < forward_mode_left(db) <= 30.0
+
+
+def test_dead_entries_that_scans_skip_without_returning_them_put_the_queue_in_forward_mode_too(
+    db: Db,
+) -> None:
+    """No snapshot held: the first scan finds the rows of the dead entries dead to every transaction and
+    marks the entries, which later scans skip unreturned, but still read their index pages."""
+    dead_entries(db, 4_000)
+    fill(db, 10)
+    claim_ids(db, 1)  # returns the dead entries and marks them
+    db.execute("DELETE FROM jobq._claim_hints")
+
+    with db.transaction():
+        returned = "SELECT pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass) AS n"
+        before = db.execute(returned).fetchone()
+        claim_ids(db, 1)
+        after = db.execute(returned).fetchone()
+
+    assert before is not None and after is not None
+    assert after["n"] - before["n"] < 1_000  # the marked entries were skipped, not returned
+    position = hint(db)
+    assert position is not None and position["in_force"]
+
+
+def test_when_forward_mode_ends_and_the_scan_from_the_start_walks_no_bloat_the_queue_leaves_it(
+    db: Db,
+) -> None:
+    early, late = fill(db, 3)[:2]
+    position_at(db, early, in_force=False)
+
+    assert claim_ids(db, 1) == [early]
+    assert hint(db) == {"id": None, "in_force": None}
+    assert claim_ids(db, 1) == [late]
+
+
+def test_while_one_claim_decides_at_the_end_of_forward_mode_the_others_go_on_forward(
+    db: Db, connect: Connect
+) -> None:
+    early, middle, late = fill(db, 3)
+    position_at(db, middle, in_force=False)
+    deciding = connect(autocommit=False)  # a claim deciding anew holds the queue's lock to its commit
+    deciding.execute("SELECT pg_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext('default'))")
+
+    assert claim_ids(db, 1) == [late]
+    deciding.rollback()
+    assert claim_ids(db, 1) == [early]
 
 
 def test_in_forward_mode_a_job_that_sorts_before_the_position_waits_for_a_scan_from_the_start(db: Db) -> None:

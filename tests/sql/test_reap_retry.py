@@ -6,6 +6,7 @@ import psycopg
 import pytest
 
 from helpers.sqlhelpers import (
+    Connect,
     Db,
     claim_one,
     enqueue,
@@ -166,6 +167,57 @@ def test_reap_refuses_a_stale_interval_that_is_not_positive(db: Db, stale: str, 
 
     assert raised.value.sqlstate == sqlstate
     assert job(db, job_id)["status"] == "running"
+
+
+def reaped_ids(db: Db, at_most_every: str | None = None) -> list[int]:
+    rows = db.execute(
+        "SELECT id FROM jobq.reap(NULL, at_most_every => %s::interval)", (at_most_every,)
+    ).fetchall()
+    return [row["id"] for row in rows]
+
+
+def test_a_reap_given_at_most_every_is_skipped_within_that_interval_of_the_last(db: Db) -> None:
+    first = enqueue(db)
+    claim_one(db)
+    make_stale(db, first)
+    assert reaped_ids(db, "1 minute") == [first]
+    second = enqueue(db)
+    claim_one(db)
+    make_stale(db, second)
+
+    assert reaped_ids(db, "1 minute") == []
+    assert job(db, second)["status"] == "running"
+
+
+def test_a_reap_given_at_most_every_runs_once_the_interval_has_passed(db: Db) -> None:
+    reaped_ids(db, "1 minute")
+    db.execute("UPDATE jobq._last_reap SET at = at - interval '61 seconds'")
+    job_id = enqueue(db)
+    claim_one(db)
+    make_stale(db, job_id)
+
+    assert reaped_ids(db, "1 minute") == [job_id]
+
+
+def test_a_reap_without_at_most_every_always_runs(db: Db) -> None:
+    reaped_ids(db, "1 minute")
+    job_id = enqueue(db)
+    claim_one(db)
+    make_stale(db, job_id)
+
+    assert reaped_ids(db) == [job_id]
+
+
+def test_a_reap_given_at_most_every_while_another_runs_returns_at_once(db: Db, connect: Connect) -> None:
+    job_id = enqueue(db)
+    claim_one(db)
+    make_stale(db, job_id)
+    reaping = connect(autocommit=False)  # a reap in progress holds the lock to its commit
+    reaping.execute("SELECT pg_advisory_xact_lock(hashtext('jobq.reap'), 0)")
+
+    assert reaped_ids(db, "1 second") == []
+    reaping.rollback()
+    assert reaped_ids(db, "1 second") == [job_id]
 
 
 # -- retry_failed -----------------------------------------------------------

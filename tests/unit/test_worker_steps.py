@@ -486,7 +486,7 @@ def test_a_role_refused_jobq_reap_stops_reaping_and_still_ticks() -> None:
     worker = core()
     drive(
         worker.reap_and_tick(),
-        Script(("reap", PermissionDenied("no")), ("tick", 0), ("running_version", "0.9.0")),
+        Script(("reap_each", PermissionDenied("no")), ("tick", 0), ("running_version", "0.9.0")),
     )
 
     drive(worker.reap_and_tick(), Script(("tick", 0), ("running_version", "0.9.0")))
@@ -497,7 +497,7 @@ def test_a_role_refused_jobq_reap_stops_reaping_and_still_ticks() -> None:
 def test_an_extension_upgraded_while_the_worker_runs_gives_it_the_new_statements_at_the_next_reap() -> None:
     worker = listening(core(version="0.9.0"))
 
-    drive(worker.reap_and_tick(), Script(("reap", []), ("tick", 0), ("running_version", "0.10.0")))
+    drive(worker.reap_and_tick(), Script(("reap_each", []), ("tick", 0), ("running_version", "0.10.0")))
 
     assert worker.features.version == "0.10.0"
     script = Script(
@@ -513,7 +513,7 @@ def test_an_unsupported_version_read_while_running_is_logged_once_and_the_worker
     worker = core(version="0.9.0")
 
     for _ in range(3):
-        drive(worker.reap_and_tick(), Script(("reap", []), ("tick", 0), ("running_version", "9.9.9")))
+        drive(worker.reap_and_tick(), Script(("reap_each", []), ("tick", 0), ("running_version", "9.9.9")))
 
     assert worker.features.version == "0.9.0"
     assert caplog.text.count("now 9.9.9, which pgjobq-py") == 1
@@ -558,4 +558,14 @@ def test_a_probe_that_does_not_arrive_leaves_the_worker_polling(caplog: pytest.L
 
 def test_an_error_the_step_does_not_handle_comes_out_of_drive() -> None:
     with pytest.raises(psycopg.OperationalError):
-        drive(core().reap_and_tick(), Script(("reap", psycopg.OperationalError("gone"))))
+        drive(core().reap_and_tick(), Script(("reap_each", psycopg.OperationalError("gone"))))
+
+
+def test_on_0_10_0_a_worker_reaps_at_most_once_per_reap_interval_across_the_fleet() -> None:
+    worker = core(version="0.10.0", reap_interval=7.0)
+    script = Script(("reap_spaced", []), ("tick", 0), ("running_version", "0.10.0"))
+
+    drive(worker.reap_and_tick(), script)
+
+    assert script.done()
+    assert script.params(0) == {"every": timedelta(seconds=7)}

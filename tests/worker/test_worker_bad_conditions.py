@@ -140,7 +140,11 @@ def role_without_reap(db: Db) -> Iterator[str]:
     role = f"jobq_worker_{uuid.uuid4().hex[:8]}"
     db.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
     db.execute("SELECT jobq.grant_worker(%s)", (role,))
-    db.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION jobq.reap(interval) FROM {}").format(sql.Identifier(role)))
+    db.execute(
+        sql.SQL("REVOKE EXECUTE ON FUNCTION jobq.reap(interval, interval) FROM {}").format(
+            sql.Identifier(role)
+        )
+    )
     db.execute(EXECUTIONS_DDL)
     db.execute(sql.SQL("GRANT INSERT ON executions TO {}").format(sql.Identifier(role)))
     yield role

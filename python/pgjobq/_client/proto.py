@@ -1015,6 +1015,12 @@ def reap(stale: timedelta | None) -> Call[list[tuple[int, str, str]]]:
     return Call("reap", {"stale": stale}, _reaped)
 
 
+def worker_reap(query: str, every: timedelta) -> Call[list[tuple[int, str, str]]]:
+    """A Worker's reap every ``every`` (the query its extension version offers: reap_spaced, which a
+    fleet runs about once per interval, or reap_each)."""
+    return Call(query, {"every": every}, _reaped)
+
+
 def retry_failed(queue: str | None, ids: Sequence[int] | None) -> Call[list[int]]:
     params = {
         "queue": None if queue is None else _text("queue", queue),

@@ -47,6 +47,7 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Generator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from pgjobq._client import proto
@@ -197,7 +198,8 @@ async def adrive(step: Generator[Q, Any, R], serve: Callable[[Q], Awaitable[Any]
 class Features:
     """What one extension version offers the worker: its claim statements (queries.sql) and the
     decoders of their rows, whether jobq.fail takes retry => false and jobq.hand_back exists, and the
-    statements that register the worker as waiting on one queue and on several (wait, register_waiter)."""
+    statements that register the worker as waiting on one queue and on several (wait, register_waiter),
+    and its reap (reap_spaced: a fleet reaps about once per reap_interval, not once per worker)."""
 
     version: str
     claim: str
@@ -209,6 +211,7 @@ class Features:
     hand_back: bool
     register_waiter: str = "register_waiter"
     register_waiter_any: str = "register_waiter_any"
+    reap: str = "reap_spaced"
 
 
 FEATURES: dict[str, Features] = {
@@ -224,6 +227,7 @@ FEATURES: dict[str, Features] = {
         # 0.9.0's name of jobq.register_waiter (deprecated in 0.10.0, gone in 0.11.0)
         register_waiter="wait",
         register_waiter_any="wait_any",
+        reap="reap_each",  # no at_most_every before 0.10.0
     ),
     "0.10.0": Features(
         "0.10.0",
@@ -716,7 +720,9 @@ class Core:
         upkeep = self.upkeep
         if upkeep.may_reap:
             try:
-                reaped = yield proto.reap(None)
+                reaped = yield proto.worker_reap(
+                    self.features.reap, timedelta(seconds=self.settings.reap_interval)
+                )
             except PermissionDenied as exc:
                 upkeep.reap_refused(exc)
             else:
