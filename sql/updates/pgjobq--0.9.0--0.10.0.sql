@@ -1891,11 +1891,16 @@ COMMENT ON FUNCTION jobq.tick() IS
  * or over 200 characters, lease_timeout not positive or over 1 day).
  *
  * Forward mode, for a bloated claim index.  Every claimed job leaves a dead
- * entry at the start of jobs_claim_idx until vacuum clears it, and a
- * long-open transaction anywhere keeps vacuum from clearing it: each claim
- * then walks all of them before reaching a queued job.  A claim that walked
- * more than 1,000 entries in vain (dead ones, or rows locked by others) puts
- * the queue in forward mode: it records the last job it claimed in
+ * entry at the start of jobs_claim_idx until vacuum clears it: each claim
+ * walks all of them before reaching a queued job.  While a long-open
+ * transaction anywhere keeps vacuum from clearing them, the claim visits
+ * each one's row; otherwise the first scan that finds an entry's row dead
+ * to every transaction marks it, and later scans skip it without the visit,
+ * but still read every index page they fill (about 200 entries a page)
+ * until vacuum runs.  A claim that walked more than 1,000 entries in vain
+ * (dead ones, or rows locked by others; each index page read past the
+ * first four counting as 100 entries, less the entries it claimed: 0.10.0)
+ * puts the queue in forward mode: it records the last job it claimed in
  * jobq._claim_hints, and the claims of that queue that follow, from any
  * session, scan on from there, within that job's priority, instead of from
  * the start.  Forward mode lasts 1 millisecond per entry that scan walked in
@@ -1926,7 +1931,8 @@ AS $$
 DECLARE
     hint          jobq._claim_hints;  -- the queue's settings and forward mode's position
     picked        bigint[];
-    walked        bigint;
+    walked        bigint;  -- the entries the scan walked in vain (index tuples returned, index pages read)
+    pages         bigint;
     forward_until timestamptz;  -- forward mode lasts until then; NULL: the last scan was from the start
     deciding      boolean := false;  -- forward mode ended: this claim scans from the start and decides anew
     claimed_at    timestamptz;  -- a queue with limits: when its claim took the gate (52_limits.sql)
@@ -1987,6 +1993,7 @@ BEGIN
         IF NOT deciding THEN
             forward_until := hint.until;
             walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
+            pages := pg_stat_get_xact_blocks_fetched('jobq.jobs_claim_idx'::regclass);
             picked := ARRAY(
                 SELECT p.id
                   FROM jobq.jobs AS p
@@ -2004,6 +2011,7 @@ BEGIN
         -- from the start of the index
         forward_until := NULL;
         walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass);
+        pages := pg_stat_get_xact_blocks_fetched('jobq.jobs_claim_idx'::regclass);
         picked := ARRAY(
             SELECT p.id
               FROM jobq.jobs AS p
@@ -2015,9 +2023,14 @@ BEGIN
                FOR NO KEY UPDATE SKIP LOCKED);
     END IF;
 
-    -- the entries the scan walked in vain: those it returned but did not claim
-    walked := pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass) - walked
-              - cardinality(picked);  -- NULL for a queue with limits: no forward mode
+    -- the entries the scan walked in vain: those it returned but did not
+    -- claim, or those of the pages it read past the first four (a descent and
+    -- a leaf) whose entries were skipped unreturned (dead to every
+    -- transaction), a page as 100 entries; NULL for a queue with limits: no
+    -- forward mode
+    walked := greatest(pg_stat_get_xact_tuples_returned('jobq.jobs_claim_idx'::regclass) - walked,
+                       (pg_stat_get_xact_blocks_fetched('jobq.jobs_claim_idx'::regclass) - pages - 4) * 100)
+              - cardinality(picked);
     IF walked > 1000 AND cardinality(picked) > 0
        AND (deciding OR pg_try_advisory_xact_lock(hashtext('jobq._claim_hints'), hashtext(claim.queue))) THEN
         -- forward mode from this claim's last job: on, kept on, or moved on;
