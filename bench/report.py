@@ -255,6 +255,17 @@ def claim_firsts(results: Results, state: str, key: str = "times_ms") -> dict[in
     return {rec["repeat"]: rec[key][0] for rec in results.claim_cost if rec["state"] == state}
 
 
+def soak_ratios(soak: dict[str, Any]) -> list[float]:
+    """Per run with the snapshot held (held_runs; before it, the record itself), its last `compare`
+    seconds' jobs/s over its first's."""
+    ratios = []
+    for run in soak.get("held_runs") or [soak]:
+        rates = soak_rates({**run, "compare": soak["compare"]})
+        if rates and rates[0] > 0:
+            ratios.append(rates[1] / rates[0])
+    return ratios
+
+
 def soak_rates(soak: dict[str, Any]) -> tuple[float, float] | None:
     """Jobs/s over the soak's first and last `compare` seconds (interpolated between samples)."""
     samples = soak.get("samples") or []
@@ -456,12 +467,11 @@ def checks(view: View) -> list[Check]:
             lambda v: f"{v:.0f}%",
         )
     )
-    soak = soak_rates(r.soak) if r.soak else None
     found.append(
         Check(
             f"Soak, snapshot held: throughput in the last {r.soak.get('compare', 60):g} s / the first"
             f"{mode_note}",
-            Spread.of([soak[1] / soak[0]]) if soak and soak[0] > 0 else None,
+            Spread.of(soak_ratios(r.soak)) if r.soak else None,
             0.95,
             True,
             ratio,
@@ -536,9 +546,8 @@ def ratio_rows(view: View) -> list[list[str]]:
             f"claim time: {state} / empty (first claim)",
             paired(claim_firsts(r, state), claim_firsts(r, "empty")),
         )
-    soak = soak_rates(r.soak) if r.soak else None
-    if soak and soak[0] > 0:
-        add("soak: last / first", Spread.of([soak[1] / soak[0]]))
+    if r.soak:
+        add("soak: last / first, snapshot held", Spread.of(soak_ratios(r.soak)))
     for path in compared_paths(r):
         add(
             f"versions: {path['label']}, {r.versions['current']} / {r.versions['previous']}",
@@ -665,9 +674,13 @@ def plot_latency(results: Results, path: Path) -> bool:
 
 
 def _soak_runs(soak: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """The soak's runs with their labels: the one with a snapshot held (the record itself), and the
-    second, with none, where there is one."""
-    runs = [("snapshot held", soak)]
+    """The soak's runs with their labels: those with a snapshot held (held_runs, the last of them the
+    record itself; one before there were repeats), and the second, with none, where there is one."""
+    held = soak.get("held_runs") or [soak]
+    runs = [
+        (f"snapshot held, repeat {index + 1} of {len(held)}" if len(held) > 1 else "snapshot held", run)
+        for index, run in enumerate(held)
+    ]
     if soak.get("second"):
         runs.append(("snapshot released, vacuumed", soak["second"]))
     return runs
@@ -680,7 +693,10 @@ def plot_soak(results: Results, path: Path) -> bool:
         return False
     fig, (top, bottom) = _pyplot().subplots(2, 1, figsize=(8, 6.5), sharex=True)
     mib = 1024 * 1024
-    for (label, run), color in zip(runs, ("tab:orange", "tab:blue"), strict=False):
+    held = [run for label, run in runs if run.get("held", True)]
+    oranges = iter(("tab:orange", "tab:red", "tab:brown", "tab:pink", "tab:olive"))
+    for label, run in runs:
+        color = next(oranges, "tab:gray") if run.get("held", True) else "tab:blue"
         samples = run["samples"]
         ts = [s["t"] for s in samples]
         mids, rates = [], []
@@ -690,6 +706,8 @@ def plot_soak(results: Results, path: Path) -> bool:
                 mids.append((before["t"] + after["t"]) / 2)
                 rates.append((after["processed"] - before["processed"]) / width)
         top.step(mids, rates, where="mid", color=color, label=label)
+        if run.get("held", True) and held and run is not held[-1]:
+            continue  # the space of the last run with the snapshot held stands for the others
         if any("queue_bytes" in s for s in samples):
             bottom.plot(
                 ts, [(s.get("queue_bytes") or 0) / mib for s in samples], color=color,
@@ -1344,9 +1362,10 @@ def _soak_section(r: Results) -> list[str]:
         else "The extension has no retention: done jobs stay until purged."
     )
     out.append(
-        f"Two runs of {soak['jobs']:,} jobs, each loaded up front and drained by {soak['workers']} pgjobq "
-        f"Worker processes (batch {soak['batch']}): the first while another session holds one REPEATABLE "
-        "READ transaction open for the whole run; then the snapshot is released and "
+        f"Runs of {soak['jobs']:,} jobs, each loaded up front and drained by {soak['workers']} pgjobq "
+        f"Worker processes (batch {soak['batch']}): first while another session holds one REPEATABLE "
+        "READ transaction open for the whole run (each such run in a fresh database: the target is the "
+        "median of their ratios); then, after the last, the snapshot is released and "
         f"{soak.get('vacuum', 'the tables are vacuumed')}; then the second, with no snapshot held. {kept} "
         "Space is that of every table of the jobq schema with its indexes and TOAST "
         "(`pg_total_relation_size`)."
@@ -1412,6 +1431,7 @@ def _soak_section(r: Results) -> list[str]:
                     " / ".join(f"{indexes[k] / mib:.1f}" for k in sorted(indexes)),
                     f"{after.get('dead_tuples') or 0:,}",
                     str(after.get("autovacuums") or 0),
+                    str(after.get("checkpoints_requested", "")),
                 ]
             )
         if not rows:
@@ -1428,6 +1448,7 @@ def _soak_section(r: Results) -> list[str]:
                     f"its indexes MiB ({' / '.join(index_names)})",
                     "dead tuples",
                     "autovacuums",
+                    "checkpoints requested (server total)",
                 ],
                 rows,
             )

@@ -134,6 +134,7 @@ class Scale:
     soak_window: float
     soak_limit: float
     soak_compare: float  # "first minute" and "last minute" of the soak, in seconds
+    soak_held_repeats: int  # runs with the snapshot held, each in a fresh database (the ratio's median)
     # versions
     versions_clients: int
     versions_seconds: int  # per run (pgbench -T, whole seconds)
@@ -213,6 +214,7 @@ FULL = Scale(
     soak_window=10.0,
     soak_limit=300.0,
     soak_compare=60.0,
+    soak_held_repeats=3,
     versions_clients=4,
     versions_seconds=2,
     versions_backlog=10_000,
@@ -264,6 +266,7 @@ QUICK = Scale(
     soak_window=1.0,
     soak_limit=10.0,
     soak_compare=2.5,
+    soak_held_repeats=1,
     versions_clients=4,
     versions_seconds=1,
     versions_backlog=10_000,
@@ -1579,16 +1582,22 @@ class Bench:
         """Two runs of a backlog through pgjobq Workers, and the space the queue uses after each.
 
         The first run goes while another session holds one REPEATABLE READ transaction (a snapshot)
-        open for the whole run, so that vacuum can remove no row version the run leaves behind; the
-        snapshot is then released and every table of the jobq schema vacuumed (VACUUM, as autovacuum
-        would: jobq.jobs has no cost delay); the second run goes with no snapshot held.  The queue
-        keeps its done jobs scale.soak_retain_done seconds (jobq.configure_queue's retain_done,
+        open for the whole run, so that vacuum can remove no row version the run leaves behind; it is
+        repeated scale.soak_held_repeats times, each in a fresh database, since one run's ratio moves
+        with what else the machine and the server do meanwhile (a checkpoint, an autovacuum).  After the
+        last, the snapshot is released and every table of the jobq schema vacuumed (VACUUM, as
+        autovacuum would: jobq.jobs has no cost delay); the second run goes with no snapshot held.  The
+        queue keeps its done jobs scale.soak_retain_done seconds (jobq.configure_queue's retain_done,
         enforced by the workers' jobq.tick), where the extension has retention."""
         scale = self.scale
-        target = self.servers.create_database("bench_soak")
-        pgjobq_setup(target)
-        retain_done = _soak_retention(target, scale.soak_retain_done)
-        first, space = self._soak_run(target, 0, hold=True)
+        held: list[dict[str, Any]] = []
+        for repeat in range(scale.soak_held_repeats):
+            target = self.servers.create_database("bench_soak")
+            pgjobq_setup(target)
+            retain_done = _soak_retention(target, scale.soak_retain_done)
+            self.log(f"  r{repeat}, snapshot held:")
+            first, space = self._soak_run(target, 0, hold=True)
+            held.append(first)
         with timer() as elapsed, psycopg.connect(target.dsn, autocommit=True) as conn:
             tables = [sql.Identifier("jobq", name) for (name,) in conn.execute(JOBQ_TABLES).fetchall()]
             conn.execute(sql.SQL("VACUUM {}").format(sql.SQL(", ").join(tables)))
@@ -1606,6 +1615,7 @@ class Bench:
             "compare": scale.soak_compare,
             "limit": scale.soak_limit,
             "retain_done": retain_done,
+            "held_runs": held,  # every run with the snapshot held; the record itself is the last
             "vacuum": "every jobq table is vacuumed (an explicit VACUUM, as autovacuum would run it on "
             "jobq.jobs, which has no cost delay)",
             "space_held": space,
@@ -1798,7 +1808,18 @@ def _has(target: Target, call: str | None) -> bool:
     return True
 
 
+# The checkpoints the server has made, by cause: requested (by WAL volume, max_wal_size, or a CHECKPOINT)
+# and timed (checkpoint_timeout); PostgreSQL 17 moved them from pg_stat_bgwriter to pg_stat_checkpointer.
+CHECKPOINTS = {
+    True: "SELECT num_requested AS checkpoints_requested, num_timed AS checkpoints_timed"
+    " FROM pg_stat_checkpointer",
+    False: "SELECT checkpoints_req AS checkpoints_requested, checkpoints_timed FROM pg_stat_bgwriter",
+}
+
+
 def _sizes(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """The soak's sample of jobq.jobs (SIZES) and of the server's checkpoints so far (CHECKPOINTS)."""
     with conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
         row = cur.execute(SIZES).fetchone()
-    return dict(row) if row else {}
+        checkpoints = cur.execute(CHECKPOINTS[conn.info.server_version >= 170000]).fetchone()
+    return {**(row or {}), **(checkpoints or {})}
