@@ -272,8 +272,8 @@ BEGIN
                   FROM jobq.jobs AS p
                  WHERE p.queue = (SELECT claim.queue)
                    AND p.status = 'queued'
-                   AND p.priority = hint.priority
-                   AND (p.run_at, p.id) > (hint.run_at, hint.id)
+                   AND p.priority = (SELECT hint.priority)
+                   AND (p.run_at, p.id) > ((SELECT hint.run_at), (SELECT hint.id))
                    AND p.run_at <= statement_timestamp()
                  ORDER BY p.priority DESC, p.run_at, p.id
                  LIMIT (SELECT claim.n)

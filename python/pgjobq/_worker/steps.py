@@ -720,9 +720,9 @@ class Core:
         upkeep = self.upkeep
         if upkeep.may_reap:
             try:
-                reaped = yield proto.worker_reap(
-                    self.features.reap, timedelta(seconds=self.settings.reap_interval)
-                )
+                # at least a microsecond: a positive reap_interval that timedelta would round to 0
+                every = max(timedelta(seconds=self.settings.reap_interval), timedelta(microseconds=1))
+                reaped = yield proto.worker_reap(self.features.reap, every)
             except PermissionDenied as exc:
                 upkeep.reap_refused(exc)
             else:
