@@ -140,34 +140,21 @@ def forward_mode_left(db: Db) -> float:
     return float(left["s"])
 
 
+@pytest.mark.parametrize(
+    ("walked", "seconds"),
+    [(1_500, 2.0), (6_000, 6.0), (32_000, 30.0)],
+    ids=["at-least-2-seconds", "a-millisecond-per-entry", "at-most-30-seconds"],
+)
 @pytest.mark.usefixtures("snapshot_held")
-def test_forward_mode_lasts_at_least_2_seconds(db: Db) -> None:
-    dead_entries(db, 1_500)
+def test_forward_mode_lasts_a_millisecond_per_entry_walked_in_vain_from_2_to_30_seconds(
+    db: Db, walked: int, seconds: float
+) -> None:
+    dead_entries(db, walked)
     fill(db, 10)
 
-    claim_ids(db, 10)  # walks 1,500 dead entries in vain
+    claim_ids(db, 10)  # walks the dead entries in vain
 
-    assert 1.5 < forward_mode_left(db) <= 2.0
-
-
-@pytest.mark.usefixtures("snapshot_held")
-def test_forward_mode_lasts_a_millisecond_per_entry_walked_in_vain(db: Db) -> None:
-    dead_entries(db, 6_000)
-    fill(db, 10)
-
-    claim_ids(db, 10)
-
-    assert 5.5 < forward_mode_left(db) <= 6.0
-
-
-@pytest.mark.usefixtures("snapshot_held")
-def test_forward_mode_lasts_at_most_30_seconds(db: Db) -> None:
-    dead_entries(db, 32_000)
-    fill(db, 10)
-
-    claim_ids(db, 10)
-
-    assert 29.5 < forward_mode_left(db) <= 30.0
+    assert seconds - 0.5 < forward_mode_left(db) <= seconds
 
 
 def test_dead_entries_that_scans_skip_without_returning_them_put_the_queue_in_forward_mode_too(
