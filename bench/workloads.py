@@ -1585,8 +1585,8 @@ class Bench:
         open for the whole run, so that vacuum can remove no row version the run leaves behind; it is
         repeated scale.soak_held_repeats times, each in a fresh database, since one run's ratio moves
         with what else the machine and the server do meanwhile (a checkpoint, an autovacuum).  After the
-        last, the snapshot is released and every table of the jobq schema vacuumed (VACUUM, as
-        autovacuum would: jobq.jobs has no cost delay); the second run goes with no snapshot held.  The
+        last, the snapshot is released and every table of the jobq schema vacuumed (an explicit VACUUM,
+        which has no cost delay); the second run goes with no snapshot held.  The
         queue keeps its done jobs scale.soak_retain_done seconds (jobq.configure_queue's retain_done,
         enforced by the workers' jobq.tick), where the extension has retention."""
         scale = self.scale
@@ -1616,8 +1616,7 @@ class Bench:
             "limit": scale.soak_limit,
             "retain_done": retain_done,
             "held_runs": held,  # every run with the snapshot held; the record itself is the last
-            "vacuum": "every jobq table is vacuumed (an explicit VACUUM, as autovacuum would run it on "
-            "jobq.jobs, which has no cost delay)",
+            "vacuum": "every jobq table is vacuumed (an explicit VACUUM, which has no cost delay)",
             "space_held": space,
             "space_vacuumed": vacuumed,
             "space_second": after,

@@ -49,17 +49,19 @@ CREATE TABLE jobq.jobs (
     task             text,
     CONSTRAINT jobs_pkey PRIMARY KEY (id)
 )
--- Every job inserts one row, updates it twice and is eventually purged:
--- vacuum after 1% churn (at least 1,000 rows) without cost-based throttling,
--- so that dead tuples are cleared before they slow the claim index down.
+-- Every job inserts one row, updates it twice and is eventually deleted:
+-- vacuum after 1% churn (at least 1,000 rows).  At the server's cost delay
+-- (0.10.0; it was none): under a long-open transaction vacuum can remove
+-- nothing, yet runs again at every visit, and unthrottled it took a core
+-- from the workers for no gain (the soak of bench/, docs/explanation/
+-- performance.md).  Claims need no vacuum to stay cheap (jobq.claim).
 WITH (
     autovacuum_vacuum_threshold = 1000,
     autovacuum_vacuum_scale_factor = 0.01,
     autovacuum_vacuum_insert_threshold = 1000,
     autovacuum_vacuum_insert_scale_factor = 0.01,
     autovacuum_analyze_threshold = 1000,
-    autovacuum_analyze_scale_factor = 0.02,
-    autovacuum_vacuum_cost_delay = 0
+    autovacuum_analyze_scale_factor = 0.02
 );
 ALTER SEQUENCE jobq.jobs_id_seq OWNED BY jobq.jobs.id;
 

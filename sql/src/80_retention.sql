@@ -89,9 +89,11 @@ GRANT EXECUTE ON FUNCTION jobq._retain(timestamptz, integer) TO @extowner@;
 
 /*
  * jobq.tick(): how many jobs it enqueued: the schedules' due occurrences
- * (jobq._tick(statement_timestamp())); then retention: at most 10,000
+ * (jobq._tick(statement_timestamp())); then retention: at most 100,000
  * finished jobs whose retention ended are deleted
- * (jobq._retain(statement_timestamp(), 10000)), in the same transaction,
+ * (jobq._retain(statement_timestamp(), 100000); about 0.2 s where the
+ * table is quiet, so that one worker's ticks keep up with more jobs than
+ * it can finish), in the same transaction,
  * in a subtransaction of its own: should it fail (a user's trigger, a
  * deadlock with a purge), a WARNING says so and the schedules' jobs are
  * enqueued all the same.
@@ -115,7 +117,7 @@ DECLARE
 BEGIN
     enqueued := jobq._tick(statement_timestamp());
     BEGIN
-        PERFORM jobq._retain(statement_timestamp(), 10000);
+        PERFORM jobq._retain(statement_timestamp(), 100000);
     EXCEPTION WHEN OTHERS THEN
         -- a user's trigger or foreign key action raising, a deadlock with a
         -- purge: retention waits for the next tick, the schedules' jobs stay
@@ -126,6 +128,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.tick() IS
-    'Enqueue the occurrences of schedules due within the next minute (and missed ones, by catch_up), then delete up to 10,000 finished jobs whose retention ended; returns how many jobs it enqueued. Run by workers or pg_cron.';
+    'Enqueue the occurrences of schedules due within the next minute (and missed ones, by catch_up), then delete up to 100,000 finished jobs whose retention ended; returns how many jobs it enqueued. Run by workers or pg_cron.';
 REVOKE ALL ON FUNCTION jobq.tick() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.tick() TO @extowner@;

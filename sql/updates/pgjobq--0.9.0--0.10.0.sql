@@ -25,6 +25,11 @@ CREATE INDEX jobs_status_idx ON jobq.jobs (status, queue, finished_at)
 COMMENT ON INDEX jobq.jobs_status_idx IS
     'Serves jobq.reap (the running jobs), the dead-letter queue (the failed jobs) and retention (the finished jobs by finished_at), by status and queue (keys heartbeats do not change).';
 
+-- Autovacuum of jobq.jobs runs at the server's cost delay (it ran with
+-- none): under a long-open transaction it can remove nothing, yet runs
+-- again at every visit, and unthrottled it took a core from the workers.
+ALTER TABLE jobq.jobs RESET (autovacuum_vacuum_cost_delay);
+
 ----------------------------------------------------------------------------
 -- Correctness fixes of the review (issue 25, section 5)
 ----------------------------------------------------------------------------
@@ -1822,9 +1827,11 @@ GRANT EXECUTE ON FUNCTION jobq._retain(timestamptz, integer) TO @extowner@;
 
 /*
  * jobq.tick(): how many jobs it enqueued: the schedules' due occurrences
- * (jobq._tick(statement_timestamp())); then retention: at most 10,000
+ * (jobq._tick(statement_timestamp())); then retention: at most 100,000
  * finished jobs whose retention ended are deleted
- * (jobq._retain(statement_timestamp(), 10000)), in the same transaction,
+ * (jobq._retain(statement_timestamp(), 100000); about 0.2 s where the
+ * table is quiet, so that one worker's ticks keep up with more jobs than
+ * it can finish), in the same transaction,
  * in a subtransaction of its own: should it fail (a user's trigger, a
  * deadlock with a purge), a WARNING says so and the schedules' jobs are
  * enqueued all the same.
@@ -1848,7 +1855,7 @@ DECLARE
 BEGIN
     enqueued := jobq._tick(statement_timestamp());
     BEGIN
-        PERFORM jobq._retain(statement_timestamp(), 10000);
+        PERFORM jobq._retain(statement_timestamp(), 100000);
     EXCEPTION WHEN OTHERS THEN
         -- a user's trigger or foreign key action raising, a deadlock with a
         -- purge: retention waits for the next tick, the schedules' jobs stay
@@ -1859,7 +1866,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.tick() IS
-    'Enqueue the occurrences of schedules due within the next minute (and missed ones, by catch_up), then delete up to 10,000 finished jobs whose retention ended; returns how many jobs it enqueued. Run by workers or pg_cron.';
+    'Enqueue the occurrences of schedules due within the next minute (and missed ones, by catch_up), then delete up to 100,000 finished jobs whose retention ended; returns how many jobs it enqueued. Run by workers or pg_cron.';
 
 ----------------------------------------------------------------------------
 -- The soak with a held snapshot (issue 25, section 3): forward mode lasts

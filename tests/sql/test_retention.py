@@ -151,6 +151,18 @@ def test_one_tick_deletes_at_most_max_rows_oldest_first(db: Db) -> None:
     ) == timedelta(seconds=11)
 
 
+def test_a_tick_deletes_up_to_100000_jobs_so_that_a_worker_s_ticks_keep_up_with_it(db: Db) -> None:
+    db.execute("SELECT jobq.configure_queue('emails', retain_done => '0')")
+    db.execute(
+        "INSERT INTO jobq.jobs (queue, payload, status, finished_at)"
+        " SELECT 'emails', '{}', 'done', now() - interval '1 hour' FROM generate_series(1, 100005)"
+    )
+
+    db.execute("SELECT jobq.tick()")
+
+    assert scalar(db, "SELECT count(*) FROM jobq.jobs") == 5
+
+
 def test_queues_take_turns_so_that_a_busy_one_starves_no_other(db: Db) -> None:
     for queue in ("a_busy", "b_quiet"):
         db.execute("SELECT jobq.configure_queue(%s, retain_done => '0')", (queue,))
