@@ -92,8 +92,8 @@ GRANT EXECUTE ON FUNCTION jobq._retain(timestamptz, integer) TO @extowner@;
  * (jobq._tick(statement_timestamp())); then retention: at most 100,000
  * finished jobs whose retention ended are deleted
  * (jobq._retain(statement_timestamp(), 100000); about 0.2 s where the
- * table is quiet, so that one worker's ticks keep up with more jobs than
- * it can finish), in the same transaction,
+ * table is quiet: one worker's ticks keep up with 10,000 finished jobs a
+ * second at the default reap interval), in the same transaction,
  * in a subtransaction of its own: should it fail (a user's trigger, a
  * deadlock with a purge), a WARNING says so and the schedules' jobs are
  * enqueued all the same.
