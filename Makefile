@@ -16,7 +16,7 @@
 #                  (tests/chaos/chaos_net.py --full)
 #   make chaos-failover  a primary killed under load and its standby promoted, 40,000 jobs, 8
 #                  workers: synchronous, then asynchronous replication (tests/chaos/failover.py)
-#   make bench     every contender side by side, report and plots in bench/results (about 18 min)
+#   make bench     every contender side by side, report and plots in bench/results (about 20 min)
 #   make bench-quick  the same, smaller (< 2 min), without the Node.js peers
 #   make bench-node  the Node.js peers of make bench (Graphile Worker, pg-boss) and Node.js 22, from npm
 #   make bench-instructions  server instructions per job on the hot paths, this version and the previous
