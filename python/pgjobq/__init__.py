@@ -46,6 +46,7 @@ from pgjobq._client.sync import (
     QueueSettings,
     QueueStats,
     Schedule,
+    Step,
     cancel,
     channel,
     claim,
@@ -73,9 +74,12 @@ from pgjobq._client.sync import (
     retry_failed,
     schedule,
     schedules,
+    signal,
     snooze,
     stats,
+    steps,
     tick,
+    unhold,
     unschedule,
     wait,
     watch,
@@ -93,11 +97,13 @@ from pgjobq._errors import (
     PayloadTooLarge,
     PermissionDenied,
     Retry,
+    SignalTimeout,
     Snooze,
+    Suspended,
     UniqueKeyInUse,
 )
 from pgjobq._install.check import check_extension
-from pgjobq._job import Job
+from pgjobq._job import Job, ParentResult
 from pgjobq._router import JobAddress, QueueRouter
 from pgjobq._tasks import Task, Tasks
 from pgjobq._version import PACKAGE_VERSION, SUPPORTED_EXTENSION_VERSIONS
@@ -124,6 +130,7 @@ __all__ = [
     "JobTimedOut",
     "LeaseLost",
     "Outcome",
+    "ParentResult",
     "PayloadTooLarge",
     "PermissionDenied",
     "QueueOverview",
@@ -132,7 +139,10 @@ __all__ = [
     "QueueStats",
     "Retry",
     "Schedule",
+    "SignalTimeout",
     "Snooze",
+    "Step",
+    "Suspended",
     "Task",
     "Tasks",
     "UniqueKeyInUse",
@@ -168,9 +178,12 @@ __all__ = [
     "retry_failed",
     "schedule",
     "schedules",
+    "signal",
     "snooze",
     "stats",
+    "steps",
     "tick",
+    "unhold",
     "unschedule",
     "wait",
     "watch",

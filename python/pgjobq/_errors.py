@@ -18,6 +18,7 @@ __all__ = [
     "LeaseLost",
     "PayloadTooLarge",
     "PermissionDenied",
+    "SignalTimeout",
     "UniqueKeyInUse",
     "first_line",
     "translate",
@@ -72,6 +73,16 @@ class UniqueKeyInUse(Error):
     status: str | None = None
 
 
+class SignalTimeout(Error):
+    """The signal a job awaited did not arrive before its timeout (JQ005, extension 0.11.0).
+
+    Raised by ``job.await_signal(key, timeout)`` in the run after the
+    timeout, and in every later run of the job (the outcome is recorded, as
+    a step's is), whatever was sent since.  Let it propagate to fail the
+    attempt, or catch it and go on.
+    """
+
+
 class PermissionDenied(Error):
     """The role lacks a privilege on the jobq schema, its table or a function (42501)."""
 
@@ -105,6 +116,7 @@ _BY_SQLSTATE: dict[str, type[Error]] = {
     "JQ002": JobNotFound,
     "JQ003": JobTimedOut,
     "JQ004": UniqueKeyInUse,
+    "JQ005": SignalTimeout,
     "25000": IsolationLevelError,  # invalid_transaction_state: a limited claim outside READ COMMITTED
     "42501": PermissionDenied,  # insufficient_privilege
 }
@@ -142,7 +154,7 @@ def first_line(exc: BaseException) -> str:
 
 # -- raised by handlers, to the Worker -------------------------------------------
 
-__all__ += ["Discard", "Retry", "Snooze", "UnknownTask"]
+__all__ += ["Discard", "Retry", "Snooze", "Suspended", "UnknownTask"]
 
 # The database's bound on a snooze's delay and on retry_in: interval '10 years' (3,600 days to it).
 _LONGEST_DELAY = timedelta(days=3600)
@@ -178,6 +190,20 @@ class Snooze(Error):
     def __init__(self, delay: float | timedelta) -> None:
         self.delay = _delay("delay", delay)
         super().__init__(f"snoozed for {self.delay.total_seconds():g} s")
+
+
+class Suspended(Error):
+    """The job was given back to the database to wait without a worker (extension 0.11.0).
+
+    Raised by ``job.sleep``, ``job.sleep_until`` and ``job.await_signal``
+    once the database has parked the job: queued until the sleep's end, or
+    waiting for the signal; its lease is spent, its attempt given back.  The
+    run is over: let it propagate (the worker then has nothing to report),
+    and do not catch it with ``except Exception`` and go on, because the job
+    is no longer this worker's (anything it records next is refused with
+    LeaseLost).  The job runs again, on any worker, when the time comes or
+    the signal arrives, and its recorded steps return their results at once.
+    """
 
 
 class Discard(Error):

@@ -5,14 +5,29 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
-__all__ = ["CURRENT_JOB", "Job", "log_fields"]
+from pgjobq._errors import Error
+
+__all__ = ["CURRENT_JOB", "Job", "ParentResult", "log_fields"]
 
 # Guards the lazy creation of a job's cancel event: the handler's thread and
 # the worker's may both be first to ask for it.
 _CANCEL_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True, slots=True)
+class ParentResult:
+    """One parent of a job, as ``job.parent_results()`` gives it: its id, its status (done, failed,
+    cancelled; queued or running while it has not ended), and its result (None when it returned none or
+    did not end done)."""
+
+    id: int
+    status: str | None
+    result: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +91,17 @@ class Job:
     headers: dict[str, Any] = field(default_factory=dict)
     # the job's task (jobq.jobs.task, extension 0.9.0): None for a plain job
     task: str | None = None
+    # jobq.jobs.control as claimed (extension 0.11.0): bit 64, the job recorded steps
+    _control: int | None = field(default=None, repr=False, compare=False)
+    # Set by the worker before the handler runs: how the durable calls reach the database
+    # (pgjobq._worker.durable); None for a job no worker runs.
+    _durable: _Durable | None = field(default=None, init=False, repr=False, compare=False)
+    # The steps recorded, read at the run's first step (pgjobq._worker.durable), and the sleeps named so far.
+    _recorded: dict[str, tuple[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
+    _sleeps: int = field(default=0, init=False, repr=False, compare=False)
+    _fan_outs: int = field(default=0, init=False, repr=False, compare=False)
+    # The database parked the job (a sleep, a wait for a signal): its lease is spent, not lost.
+    _suspended: bool = field(default=False, init=False, repr=False, compare=False)
     # Made on first use: most jobs are never asked for it, and an Event costs
     # as much to make as the rest of the job.
     _cancel: _CancelEvent | None = field(default=None, init=False, repr=False, compare=False)
@@ -114,6 +140,91 @@ class Job:
         event = self._cancel
         return event is not None and event.presumed_lost
 
+    # -- durable execution (extension 0.11.0) ----------------------------------------------------
+
+    def _runner(self) -> _Durable:
+        durable = self._durable
+        if durable is None:
+            raise Error(f"job {self.id} is not run by a pgjobq worker: its durable calls need one")
+        return durable
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` once as the step ``name`` of this job, and return its result.
+
+        The result (any JSON value: JSON cannot hold it, InvalidArgument is
+        raised before anything is recorded) is recorded in the database under
+        the job's lease before this returns; when the job runs again (a
+        retry, a reaped lease, after a sleep or a signal), the step returns
+        the recorded result, as JSON gives it back, without calling fn.  A
+        worker whose lease was taken from it cannot record a step
+        (LeaseLost).  Names are 1 to 200 characters, unique within the job
+        (its sleeps and waits share them), and must stay the same from one
+        deploy to the next.  In a coroutine handler, ``await job.step(...)``;
+        fn may then be a coroutine function.
+        """
+        return self._runner().step(self, name, fn, args, kwargs)
+
+    def sleep(self, duration: float | timedelta, *, name: str | None = None) -> Any:
+        """Sleep for duration (seconds or a timedelta, up to 10 years) without holding a worker.
+
+        The first time, the sleep's end is recorded and the job given back
+        (queued until then, its attempt given back): this raises
+        :class:`pgjobq.Suspended`, which ends the run.  Run again at the end
+        of the sleep (on any worker), the job passes this call and goes on;
+        the recorded end holds whatever duration a later run gives.
+        ``name`` defaults to ``sleep:N``, the N-th unnamed sleep of the run.
+        Awaited in a coroutine handler.
+        """
+        return self._runner().sleep(self, duration, None, name)
+
+    def sleep_until(self, when: datetime, *, name: str | None = None) -> Any:
+        """Sleep until when (timezone-aware) without holding a worker: as :meth:`sleep`."""
+        return self._runner().sleep(self, None, when, name)
+
+    def await_signal(self, key: str, timeout: Seconds | None = None) -> Any:
+        """The payload of the signal key (``pgjobq.signal``), waiting for it without holding a worker.
+
+        When the signal was sent, its payload is returned (and recorded as the
+        wait's outcome).  Otherwise the job waits in the database (status
+        waiting, its attempt given back), this raises
+        :class:`pgjobq.Suspended`, and the job runs again once the signal
+        arrives, or after timeout (seconds or a timedelta; None: no end), when
+        this raises :class:`pgjobq.SignalTimeout` (in that run and every
+        later one).  Awaited in a coroutine handler.
+        """
+        return self._runner().await_signal(self, key, timeout)
+
+    def fan_out(
+        self,
+        children: Sequence[Mapping[str, Any]],
+        then: Mapping[str, Any] | None = None,
+        *,
+        name: str | None = None,
+    ) -> Any:
+        """Enqueue children, and then (unless None) one continuation that runs once every child ended; the
+        ids, the children's in their order, then the continuation's.
+
+        Each job is a mapping as a step of ``pgjobq.enqueue_flow``: "payload",
+        and optionally "queue" (default: this job's), "task", "priority",
+        "headers", ...; the continuation depends on every child with
+        on_parent_failure "run" (unless it says "cancel"), and reads their
+        results with :meth:`parent_results`.  Recorded as a step (``name``,
+        default ``fan_out:N``) in the transaction that enqueues them: run
+        again, the job gets the same ids and enqueues nothing twice.
+        Awaited in a coroutine handler.
+        """
+        return self._runner().fan_out(self, children, then, name)
+
+    def parent_results(self) -> Any:
+        """The job's parents (its depends_on, or the children of the fan_out that enqueued it), in the
+        order enqueued, each a :class:`ParentResult`: one call for all.  Awaited in a coroutine handler."""
+        return self._runner().parent_results(self)
+
+    def progress(self, value: Any) -> Any:
+        """Store value (any JSON value) as the job's latest progress, shown by ``jobq.job`` and the
+        dashboard: one write.  Awaited in a coroutine handler."""
+        return self._runner().progress(self, value)
+
     async def wait_for_cancel(self, timeout: float | None = None) -> bool:
         """Wait (without blocking the event loop) until cancel_requested is set; whether it is.
 
@@ -124,6 +235,28 @@ class Job:
         event = self.cancel_requested
         assert isinstance(event, _CancelEvent)
         return await event.wait_async(timeout)
+
+
+Seconds = float | timedelta
+"""A duration: seconds, or a timedelta."""
+
+
+class _Durable(Protocol):
+    """What a worker gives its jobs for their durable calls (pgjobq._worker.durable)."""
+
+    def step(self, job: Job, name: str, fn: Callable[..., Any], args: tuple[Any, ...],
+             kwargs: Mapping[str, Any]) -> Any: ...  # fmt: skip
+
+    def sleep(self, job: Job, delay: Seconds | None, until: datetime | None, name: str | None) -> Any: ...
+
+    def await_signal(self, job: Job, key: str, timeout: Seconds | None) -> Any: ...
+
+    def progress(self, job: Job, value: object) -> Any: ...
+
+    def fan_out(self, job: Job, children: Sequence[Mapping[str, Any]], then: Mapping[str, Any] | None,
+                name: str | None) -> Any: ...  # fmt: skip
+
+    def parent_results(self, job: Job) -> Any: ...
 
 
 # The job whose handler runs in this context (thread or asyncio task), set by the workers around each

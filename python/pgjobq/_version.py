@@ -14,7 +14,7 @@ __all__ = ["PACKAGE_VERSION", "SUPPORTED_EXTENSION_VERSIONS"]
 # database is upgraded (the workers pick their statements by the version they
 # find when they connect: pgjobq._worker.steps.FEATURES).  A new extension
 # version is added here once the client has been tested against it.
-SUPPORTED_EXTENSION_VERSIONS: tuple[str, ...] = ("0.9.0", "0.10.0")
+SUPPORTED_EXTENSION_VERSIONS: tuple[str, ...] = ("0.10.0", "0.11.0")
 
 try:
     PACKAGE_VERSION = metadata.version("pgjobq-py")

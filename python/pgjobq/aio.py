@@ -41,6 +41,7 @@ from pgjobq._client.proto import (
     QueueSettings,
     QueueStats,
     Schedule,
+    Step,
     json_loaders_needed,
     translated,
     use_json_loaders,
@@ -80,9 +81,12 @@ __all__ = [
     "retry_failed",
     "schedule",
     "schedules",
+    "signal",
     "snooze",
     "stats",
+    "steps",
     "tick",
+    "unhold",
     "unschedule",
     "wait",
     "watch",
@@ -125,6 +129,7 @@ async def enqueue(
     depends_on: Sequence[int] | None = ...,
     on_parent_failure: OnParentFailure = ...,
     task: str | None = ...,
+    hold: bool = ...,
 ) -> int: ...
 @overload
 async def enqueue(
@@ -143,6 +148,7 @@ async def enqueue(
     depends_on: Sequence[int] | None = ...,
     on_parent_failure: OnParentFailure = ...,
     task: str | None = ...,
+    hold: bool = ...,
 ) -> int | None: ...
 async def enqueue(
     conn: AsyncConn,
@@ -160,6 +166,7 @@ async def enqueue(
     depends_on: Sequence[int] | None = None,
     on_parent_failure: OnParentFailure = "cancel",
     task: str | None = None,
+    hold: bool = False,
 ) -> int | None:
     """As :func:`pgjobq.enqueue`, on an AsyncConnection."""
     params = proto.enqueue_checked(
@@ -170,8 +177,13 @@ async def enqueue(
         depends_on=depends_on,
         on_parent_failure=on_parent_failure,
         task=task,
+        hold=hold,
     )
-    with _tracing.send(params["queue"], headers) as sending, proto.tasks_needed(task is not None):
+    with (
+        _tracing.send(params["queue"], headers) as sending,
+        proto.tasks_needed(task is not None),
+        proto.durable_needed("held jobs need", "this database's jobq.enqueue takes no hold", hold is True),
+    ):
         job_id = await _run(
             conn,
             proto.enqueue_call(
@@ -324,6 +336,29 @@ async def fail(
 async def snooze(conn: AsyncConn, job_id: int, lease: int, delay: timedelta) -> datetime | None:
     """As :func:`pgjobq.snooze`, on an AsyncConnection."""
     return await _run(conn, proto.snooze(job_id, lease, delay))
+
+
+async def signal(
+    conn: AsyncConn, key: str, payload: Any = None, *, keep: timedelta = timedelta(days=7)
+) -> int:
+    """As :func:`pgjobq.signal`, on an AsyncConnection."""
+    call = proto.signal(key, payload, keep)
+    with proto.durable_needed("signals need", "this database has no jobq.signal"):
+        return await _run(conn, call)
+
+
+async def unhold(conn: AsyncConn, ids: Iterable[int]) -> int:
+    """As :func:`pgjobq.unhold`, on an AsyncConnection."""
+    call = proto.unhold(ids)
+    with proto.durable_needed("held jobs need", "this database has no jobq.unhold"):
+        return await _run(conn, call)
+
+
+async def steps(conn: AsyncConn, job_id: int) -> list[Step]:
+    """As :func:`pgjobq.steps`, on an AsyncConnection."""
+    call = proto.job_steps(job_id)
+    with proto.durable_needed("steps need", "this database has no jobq.steps"):
+        return await _run(conn, call)
 
 
 async def heartbeat(conn: AsyncConn, job_id: int, lease: int) -> None:

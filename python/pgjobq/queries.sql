@@ -63,12 +63,14 @@ SELECT jobq.enqueue_flow(%(queue)s, %(steps)s::jsonb)
 -- passed); then how long the job had been runnable when claimed (locked_at -
 -- run_at, in seconds, by the database's clock: Job._waited, for the observers);
 -- then headers (NULL for most jobs: the client reads {} then, rather than parse
--- an empty object for each) and the task (extension 0.9.0; NULL for a plain
--- job).  The columns are Job's fields in order (pgjobq._client.proto.job_of).
+-- an empty object for each), the task (extension 0.9.0; NULL for a plain
+-- job) and the job's control bits (bit 64, extension 0.11.0: it recorded
+-- steps, which its worker reads before the first step of this run).  The
+-- columns are Job's fields in order (pgjobq._client.proto.jobs).
 SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
        extract(epoch FROM lease_expires_at - locked_at)::float8,
        extract(epoch FROM locked_at - run_at)::float8,
-       headers, task
+       headers, task, control
   FROM jobq.claim(%(queue)s, %(n)s, %(worker)s, %(lease_timeout)s::interval)
 
 -- name: claim_any
@@ -76,7 +78,7 @@ SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
 SELECT id, queue, payload, priority, attempts, coalesce(max_attempts, 3), lease,
        extract(epoch FROM lease_expires_at - locked_at)::float8,
        extract(epoch FROM locked_at - run_at)::float8,
-       headers, task
+       headers, task, control
   FROM jobq.claim_any(%(queues)s::text[], %(n)s, %(worker)s, %(lease_timeout)s::interval)
 
 -- name: complete_and_claim
@@ -89,7 +91,8 @@ SELECT status, id, queue, CASE WHEN status = 'running' THEN payload END AS paylo
        CASE WHEN status = 'running' THEN extract(epoch FROM lease_expires_at - locked_at)::float8 END,
        CASE WHEN status = 'running' THEN extract(epoch FROM locked_at - run_at)::float8 END,
        CASE WHEN status = 'running' THEN headers END AS headers,
-       CASE WHEN status = 'running' THEN task END AS task
+       CASE WHEN status = 'running' THEN task END AS task,
+       CASE WHEN status = 'running' THEN control END AS control
   FROM jobq.complete_and_claim(%(ids)s::bigint[], %(leases)s::bigint[], %(queue)s, %(n)s, %(worker)s,
                                %(lease_timeout)s::interval, results => %(results)s::jsonb[])
 
@@ -113,6 +116,66 @@ SELECT status, run_at FROM jobq.fail(%(id)s, %(error)s, %(lease)s, retry_in => N
 SELECT jobq.hand_back(%(id)s, %(lease)s, delay => %(delay)s::interval, error => %(error)s::text,
                       fail_after => %(fail_after)s::interval)
 
+-- name: checkpoint
+-- durable execution (extension 0.11.0): a step's result, recorded (the first
+-- one recorded, when the step was recorded before)
+SELECT jobq.checkpoint(%(id)s, %(lease)s, %(step)s, %(result)s::jsonb)
+
+-- name: steps
+-- what a job recorded, for its worker (extension 0.11.0)
+SELECT name, kind, result FROM jobq.steps(%(id)s)
+
+-- name: sleep
+-- a durable sleep of delay from now, or of what the first call recorded:
+-- whether it is over (extension 0.11.0)
+SELECT jobq.sleep(%(id)s, %(lease)s, %(step)s, statement_timestamp() + %(delay)s::interval)
+
+-- name: sleep_until
+SELECT jobq.sleep(%(id)s, %(lease)s, %(step)s, %(until)s::timestamptz)
+
+-- name: await_signal
+-- parked: the job waits for the signal (a payload may be JSON null, so the
+-- NULL that means "parked" is told apart here)
+SELECT p IS NULL AS parked, p AS payload
+  FROM jobq.await_signal(%(id)s, %(lease)s, %(key)s, %(timeout)s::interval) AS p
+
+-- name: progress
+SELECT jobq.progress(%(id)s, %(lease)s, %(progress)s::jsonb)
+
+-- name: fan_out
+-- children and a continuation enqueued by a running job, recorded as its step
+SELECT jobq.fan_out(%(id)s, %(lease)s, %(step)s, %(children)s::jsonb, %(continuation)s::jsonb)
+
+-- name: parent_results
+SELECT parent, status, result FROM jobq.parent_results(%(id)s)
+
+-- The client's side of durable execution (extension 0.11.0): held jobs, signals, a job's steps.
+
+-- name: enqueue_held
+-- enqueue with hold (extension 0.11.0): the job waits until jobq.unhold releases it.  A statement of its
+-- own, so that enqueue and enqueue_task still run on 0.10.0, whose jobq.enqueue has no hold; the task
+-- NULL for a plain job
+SELECT jobq.enqueue(%(queue)s, %(payload)s::jsonb, priority => %(priority)s,
+                    run_at => coalesce(%(run_at)s::timestamptz, now()),
+                    max_attempts => %(max_attempts)s::integer,
+                    unique_key => %(unique_key)s::text, unique_scope => %(unique_scope)s::text,
+                    on_conflict => %(on_conflict)s::text, headers => %(headers)s::jsonb,
+                    concurrency_key => %(concurrency_key)s::text, depends_on => %(depends_on)s::bigint[],
+                    on_parent_failure => %(on_parent_failure)s::text, task => %(task)s::text,
+                    hold => %(hold)s::boolean)
+
+-- name: signal
+-- how many waiting jobs the signal released
+SELECT jobq.signal(%(key)s::text, %(payload)s::jsonb, %(keep)s::interval)
+
+-- name: unhold
+-- how many held jobs it released
+SELECT jobq.unhold(%(ids)s::bigint[])
+
+-- name: job_steps
+-- a job's steps, oldest first, for the client's steps() (the worker's statement is steps)
+SELECT name, kind, result, attempt, recorded_at FROM jobq.steps(%(id)s)
+
 -- name: heartbeat
 SELECT jobq.heartbeat(%(id)s, %(lease)s)
 
@@ -134,10 +197,6 @@ SELECT id, queue, status FROM jobq.reap(%(stale)s::interval)
 -- interval, or runs now, so that a fleet reaps about once per interval
 SELECT id, queue, status FROM jobq.reap(NULL::interval, at_most_every => %(every)s::interval)
 
--- name: reap_each
--- a Worker's reap (0.9.0): every worker reaps every interval
-SELECT id, queue, status FROM jobq.reap(NULL::interval)
-
 -- name: retry_failed
 SELECT id FROM jobq.retry_failed(%(queue)s, %(ids)s::bigint[]) AS id
 
@@ -151,8 +210,7 @@ SELECT jobq.channel(%(queue)s)
 SELECT jobq.release(%(id)s, %(lease)s)
 
 -- name: register_waiter
--- extension 0.10.0 on (wait is the same for 0.9.0, whose function has the old
--- name jobq.wait): also how far ahead next_run_at is by the database's clock
+-- extension 0.10.0 on: also how far ahead next_run_at is by the database's clock
 -- (the function's statement_timestamp() is this statement's), so that the
 -- worker never compares the database's time with its own
 SELECT w.registered, w.next_run_at, w.next_run_at - statement_timestamp() AS next_run_in
@@ -161,24 +219,11 @@ SELECT w.registered, w.next_run_at, w.next_run_at - statement_timestamp() AS nex
 -- name: register_waiter_any
 -- register_waiter over several queues in one statement: registered only if on
 -- every one (else register again shortly, as for one), the earliest
--- next_run_at of them (wait_any is the same for 0.9.0)
+-- next_run_at of them
 SELECT coalesce(bool_and(w.registered), false), min(w.next_run_at),
        min(w.next_run_at) - statement_timestamp() AS next_run_in
   FROM unnest(%(queues)s::text[]) AS q(queue)
  CROSS JOIN LATERAL jobq.register_waiter(q.queue, %(worker)s, %(up_to)s::interval) AS w
-
--- name: wait
--- register_waiter under the name extension 0.9.0 gives it: jobq.wait(queue,
--- worker, up_to), deprecated in 0.10.0, gone in 0.11.0
-SELECT w.registered, w.next_run_at, w.next_run_at - statement_timestamp() AS next_run_in
-  FROM jobq.wait(%(queue)s, %(worker)s, %(up_to)s::interval) AS w
-
--- name: wait_any
--- register_waiter_any under 0.9.0's name
-SELECT coalesce(bool_and(w.registered), false), min(w.next_run_at),
-       min(w.next_run_at) - statement_timestamp() AS next_run_in
-  FROM unnest(%(queues)s::text[]) AS q(queue)
- CROSS JOIN LATERAL jobq.wait(q.queue, %(worker)s, %(up_to)s::interval) AS w
 
 -- name: probe_notify
 -- the worker's LISTEN probe: notifies a channel of its own listening connection
@@ -282,15 +327,21 @@ SELECT q.queue, q.paused, q.max_attempts, q.backoff_base, q.backoff_max, q.backo
 
 -- name: job
 -- the task (0.9.0) read from the row as JSON, so that the statement also runs on
--- 0.8.0, whose jobq.job_state has no task (NULL there)
+-- 0.8.0, whose jobq.job_state has no task (NULL there); likewise steps, step_attempts,
+-- progress and waiting_for (0.11.0: NULL on 0.10.0)
 SELECT id, queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at,
-       cancel_requested, depends_on, to_jsonb(s) ->> 'task' AS task
+       cancel_requested, depends_on, to_jsonb(s) ->> 'task' AS task,
+       to_jsonb(s) -> 'steps' AS steps, to_jsonb(s) -> 'step_attempts' AS step_attempts,
+       to_jsonb(s) -> 'progress' AS progress, to_jsonb(s) -> 'waiting_for' AS waiting_for
   FROM jobq.job(%(id)s) AS s
 
 -- name: watch
--- in FROM, so that the function runs once (not once per column); the task as in job
+-- in FROM, so that the function runs once (not once per column); the task and the durable
+-- execution's columns as in job
 SELECT id, queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at,
-       cancel_requested, depends_on, to_jsonb(s) ->> 'task' AS task
+       cancel_requested, depends_on, to_jsonb(s) ->> 'task' AS task,
+       to_jsonb(s) -> 'steps' AS steps, to_jsonb(s) -> 'step_attempts' AS step_attempts,
+       to_jsonb(s) -> 'progress' AS progress, to_jsonb(s) -> 'waiting_for' AS waiting_for
   FROM jobq.watch(%(id)s) AS s
 
 -- name: listen_done
@@ -366,9 +417,12 @@ SELECT j.id, j.queue, j.task, j.status, j.priority, j.attempts,
 
 -- name: show_job
 -- jobq.job's state, and what only the row has: priority, payload, headers, the lease's holder; and
--- the task
+-- the task; and last the durable execution's steps, progress and waiting_for (extension 0.11.0, read
+-- from the state as JSON, by name: NULL on 0.10.0)
 SELECT s.id, s.queue, j.task, s.status, j.priority, s.attempts, s.max_attempts, j.payload, j.headers,
        s.result, s.last_error, s.depends_on, s.cancel_requested, s.run_at, s.created_at, s.finished_at,
-       j.locked_by, j.locked_at, j.lease_expires_at
+       j.locked_by, j.locked_at, j.lease_expires_at,
+       to_jsonb(s) -> 'steps' AS steps, to_jsonb(s) -> 'progress' AS progress,
+       to_jsonb(s) -> 'waiting_for' AS waiting_for
   FROM jobq.job(%(id)s) AS s
   JOIN jobq.jobs AS j ON j.id = s.id

@@ -64,7 +64,7 @@ from pgjobq._errors import InvalidArgument, Snooze, UnknownTask
 from pgjobq._install.check import check_extension
 from pgjobq._job import CURRENT_JOB, Job
 from pgjobq._tasks import Tasks
-from pgjobq._worker import acks, steps
+from pgjobq._worker import acks, durable, steps
 from pgjobq._worker.observe import Outcome
 
 __all__ = ["WORKER", "Ran", "run_due", "run_due_async"]
@@ -144,12 +144,18 @@ def run_due(
 
     def send(request: steps.Request | _Run) -> Any:
         if isinstance(request, _Run):
-            return _called(tasks, request.job)
+            return _called(tasks, request.job, runs)
         assert isinstance(request, proto.Call), request  # a report asks for statements only
         if conn.autocommit or conn.info.transaction_status != TransactionStatus.INTRANS:
             return client._run(conn, request)
         with conn.transaction():  # a savepoint: a refusal leaves the caller's transaction usable
             return client._run(conn, request)
+
+    async def send_awaited(call: proto.Call[Any]) -> Any:
+        return send(call)  # an async task's durable calls, on this same connection
+
+    # the jobs' durable calls (job.step, ...), on the caller's connection as the rest
+    runs = (durable.Durable(send), durable.AsyncDurable(send_awaited))
 
     features = steps.FEATURES[check_extension(conn)]
     claim = _claim_call(features, names, lease_timeout)
@@ -171,12 +177,15 @@ async def run_due_async(
 
     async def send(request: steps.Request | _Run) -> Any:
         if isinstance(request, _Run):
-            return await _awaited(tasks, request.job)
+            return await _awaited(tasks, request.job, runs)
         assert isinstance(request, proto.Call), request
         if conn.autocommit or conn.info.transaction_status != TransactionStatus.INTRANS:
             return await aio._run(conn, request)
         async with conn.transaction():
             return await aio._run(conn, request)
+
+    # the jobs' durable calls (job.step, ...): awaited here, or sent here from a sync task's thread
+    runs = durable.OnLoop(send, asyncio.get_running_loop())
 
     features = steps.FEATURES[await aio.check_extension(conn)]
     claim = _claim_call(features, names, lease_timeout)
@@ -278,25 +287,31 @@ def _over(limit: int) -> str:
     )
 
 
-def _called(tasks: Tasks | Handler, job: Job) -> object:
-    """Run job's task (or the handler) on it in this thread; what it returned."""
+def _called(tasks: Tasks | Handler, job: Job, runs: tuple[durable.Durable, durable.AsyncDurable]) -> object:
+    """Run job's task (or the handler) on it in this thread, its durable calls through runs (the first
+    for a sync one, the second for one run with asyncio.run); what it returned."""
     token = CURRENT_JOB.set(job)
     try:
         if isinstance(tasks, Tasks):
             task = tasks.task_of(job)
             if task.is_async:
+                object.__setattr__(job, "_durable", runs[1])
                 return asyncio.run(task.run_async(job))
+            object.__setattr__(job, "_durable", runs[0])
             return task.run(job)
         if acks.is_coroutine_function(tasks):
+            object.__setattr__(job, "_durable", runs[1])
             return asyncio.run(tasks(job))
+        object.__setattr__(job, "_durable", runs[0])
         return tasks(job)
     finally:
         CURRENT_JOB.reset(token)
 
 
-async def _awaited(tasks: Tasks | Handler, job: Job) -> object:
-    """Run job's task (or the handler) on it from this coroutine (as the AsyncWorker does); what it
-    returned."""
+async def _awaited(tasks: Tasks | Handler, job: Job, runs: durable.OnLoop) -> object:
+    """Run job's task (or the handler) on it from this coroutine (as the AsyncWorker does), its durable
+    calls through runs; what it returned."""
+    object.__setattr__(job, "_durable", runs)
     token = CURRENT_JOB.set(job)
     try:
         if isinstance(tasks, Tasks):

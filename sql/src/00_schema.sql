@@ -12,7 +12,11 @@
  *   with attempts left (unless failed with retry => false: failed at once),
  *   a snooze, or a running job whose lease went stale or whose timeout
  *   passed, goes back to queued (cancelled instead when a cancel was
- *   requested); jobq.cancel ends a queued job at once.
+ *   requested); jobq.cancel ends a queued job at once.  A job is waiting
+ *   (never claimed) while its parents have not ended, while it is held
+ *   (enqueue(hold => true), until jobq.unhold) and while it awaits a
+ *   signal (jobq.await_signal, until jobq.signal or its timeout); then
+ *   queued.  A durable sleep (jobq.sleep) queues the job at the sleep's end.
  * - Every function pins search_path to pg_catalog, pg_temp and writes its own
  *   objects as jobq.<name>.  DDL expressions spell their operators as
  *   OPERATOR(pg_catalog.x), because CREATE EXTENSION runs this script with the
@@ -21,7 +25,8 @@
  *   54000 (a payload, headers or a result over 1 MiB), JQ001 (the lease
  *   given is not the job's current lease), JQ002 (no job has that id, or
  *   none the caller may see), JQ003 (the attempt's timeout has passed), JQ004
- *   (a unique key is held by another job), 40001 (a unique enqueue could not
+ *   (a unique key is held by another job), JQ005 (the signal a job awaited
+ *   did not arrive before its timeout), 40001 (a unique enqueue could not
  *   settle: retry), 42501 (the caller may not).
  * - Clocks: created_at and the default run_at use now() (the enqueueing
  *   transaction); everything a worker does (claim, locked_at, heartbeat,

@@ -148,26 +148,6 @@ REVOKE ALL ON FUNCTION jobq.register_waiter(text, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.register_waiter(text, text, interval) TO @extowner@;
 
 /*
- * jobq.wait(queue, worker, up_to): deprecated since 0.10.0, removed in
- * 0.11.0: the name of jobq.register_waiter until 0.9.0, which it calls
- * (same arguments, same result, same errors).  It shared its name with
- * jobq.wait(id, timeout), which waits for a job's outcome; so that a
- * worker of the previous release keeps working while the database is
- * upgraded, it stays for one version.
- */
-CREATE FUNCTION jobq.wait(queue text, worker text, up_to interval,
-                          OUT registered boolean, OUT next_run_at timestamptz)
-LANGUAGE sql VOLATILE CALLED ON NULL INPUT
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT r.registered, r.next_run_at FROM jobq.register_waiter(wait.queue, wait.worker, wait.up_to) AS r
-$$;
-COMMENT ON FUNCTION jobq.wait(text, text, interval) IS
-    'Deprecated since 0.10.0, removed in 0.11.0: use jobq.register_waiter, which this calls.';
-REVOKE ALL ON FUNCTION jobq.wait(text, text, interval) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.wait(text, text, interval) TO @extowner@;
-
-/*
  * jobq._notify_finished(id): true, after notifying channel "jobq.done"
  * with the id (jobq.watch).  The functions that finish a job call it for a
  * watched one, in the statement that finishes it: written as

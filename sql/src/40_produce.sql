@@ -235,6 +235,9 @@ GRANT EXECUTE ON FUNCTION jobq._traced_headers(jsonb) TO @extowner@;
  * that the worker dispatches on, stored with the job and returned by claim
  * and jobq.job; last, so that every call written for 0.8.0 still means
  * what it did.
+ * hold (0.11.0): the job is inserted waiting, held until jobq.unhold
+ * releases it (57_durable.sql), and wakes no worker; it cannot have a
+ * unique_key, concurrency_key or depends_on.
  *
  * Raises 22004 (NULL argument), 22023 (bad queue name, payload not a JSON
  * object, priority outside -32768..32767, run_at not within 10 years of
@@ -265,7 +268,8 @@ CREATE FUNCTION jobq.enqueue(
     concurrency_key   text     DEFAULT NULL,
     depends_on        bigint[] DEFAULT NULL,
     on_parent_failure text     DEFAULT 'cancel',
-    task              text     DEFAULT NULL)
+    task              text     DEFAULT NULL,
+    hold              boolean  DEFAULT false)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
 -- SECURITY DEFINER: producers insert jobs without INSERT on jobq.jobs.
@@ -313,6 +317,7 @@ BEGIN
     IF enqueue.unique_key IS NULL AND enqueue.headers IS NULL
        AND enqueue.on_conflict = 'return' AND enqueue.unique_scope = 'active'
        AND enqueue.concurrency_key IS NULL AND enqueue.depends_on IS NULL AND enqueue.on_parent_failure = 'cancel'
+       AND enqueue.hold = false
        -- no trace context to carry (jobq._traced_headers): unset, or reset to '' after a SET LOCAL
        AND coalesce(current_setting('pgjobq.traceparent', true), '') = '' THEN
         INSERT INTO jobq.jobs (queue, payload, priority, run_at, max_attempts, task)
@@ -329,6 +334,16 @@ BEGIN
         -- 0.10.0: what happens to a key's holder means nothing without a key
         IF enqueue.unique_key IS NULL AND (enqueue.on_conflict <> 'return' OR enqueue.unique_scope <> 'active') THEN
             PERFORM jobq._raise_keyless(enqueue.on_conflict, enqueue.unique_scope, 'unique_key');
+        END IF;
+        IF enqueue.hold IS DISTINCT FROM false THEN
+            -- 0.11.0: held until jobq.unhold (57_durable.sql); no wake-up
+            RETURN jobq._enqueue_held(enqueue.queue, enqueue.payload, enqueue.priority, enqueue.run_at,
+                                      enqueue.max_attempts, enqueue.headers, enqueue.task, enqueue.hold,
+                                      CASE WHEN enqueue.unique_key IS NOT NULL THEN 'unique_key'
+                                           WHEN enqueue.concurrency_key IS NOT NULL THEN 'concurrency_key'
+                                           WHEN enqueue.depends_on IS NOT NULL
+                                                OR enqueue.on_parent_failure IS DISTINCT FROM 'cancel'
+                                           THEN 'depends_on' END);
         END IF;
         IF enqueue.concurrency_key IS NOT NULL OR enqueue.depends_on IS NOT NULL
            OR enqueue.on_parent_failure IS DISTINCT FROM 'cancel' THEN
@@ -367,10 +382,10 @@ BEGIN
     RETURN new_id;
 END
 $$;
-COMMENT ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text) IS
-    'Enqueue one job; returns its id. Options: priority, run_at, max_attempts, headers; unique_key with unique_scope (active, until_done) and on_conflict (return, skip, raise, replace); concurrency_key; depends_on (parent job ids) with on_parent_failure (cancel, run); task (the job type a worker dispatches on). Notifies jobq_<queue> when a worker waits.';
-REVOKE ALL ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text) TO @extowner@;
+COMMENT ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text, boolean) IS
+    'Enqueue one job; returns its id. Options: priority, run_at, max_attempts, headers; unique_key with unique_scope (active, until_done) and on_conflict (return, skip, raise, replace); concurrency_key; depends_on (parent job ids) with on_parent_failure (cancel, run); task (the job type a worker dispatches on); hold (waiting until jobq.unhold). Notifies jobq_<queue> when a worker waits.';
+REVOKE ALL ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text, boolean) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text, boolean) TO @extowner@;
 
 /*
  * jobq.enqueue_many(queue, payloads, priority, run_at, max_attempts,

@@ -195,8 +195,9 @@ GRANT EXECUTE ON FUNCTION jobq.retry_failed(text, bigint[]) TO @extowner@;
 /*
  * jobq._delete_rows(ids): how many jobs of ids it deleted, with their side
  * rows: the unique keys they hold, their results, deadlines and
- * concurrency keys, and their rows of jobq.job_deps (as the child) and
- * jobq.job_waits.  One statement; the work of jobq._delete_jobs, which
+ * concurrency keys, their rows of jobq.job_deps (as the child) and
+ * jobq.job_waits, and (0.11.0) their steps, waits for a signal and
+ * progress.  One statement; the work of jobq._delete_jobs, which
  * calls it and says what it locks and raises.
  */
 CREATE FUNCTION jobq._delete_rows(ids bigint[])
@@ -223,13 +224,19 @@ BEGIN
         DELETE FROM jobq.job_deps AS d USING gone AS g WHERE d.child = g.id AND g.control & 32 <> 0
     ), waits AS (
         DELETE FROM jobq.job_waits AS w USING gone AS g WHERE w.id = g.id AND g.control & 32 <> 0
+    ), steps AS (
+        DELETE FROM jobq.job_steps AS s USING gone AS g WHERE s.id = g.id AND g.control & 64 <> 0
+    ), signal_waits AS (
+        DELETE FROM jobq.signal_waits AS w USING gone AS g WHERE w.id = g.id AND g.control & 64 <> 0
+    ), progress AS (
+        DELETE FROM jobq.job_progress AS p USING gone AS g WHERE p.id = g.id
     )
     SELECT count(*) INTO deleted FROM gone;
     RETURN deleted;
 END
 $$;
 COMMENT ON FUNCTION jobq._delete_rows(bigint[]) IS
-    'Internal: delete these jobs and their side rows (keys, results, deadlines, concurrency keys, dependency rows) in one statement; returns how many jobs.';
+    'Internal: delete these jobs and their side rows (keys, results, deadlines, concurrency keys, dependency rows, steps, waits for a signal, progress) in one statement; returns how many jobs.';
 REVOKE ALL ON FUNCTION jobq._delete_rows(bigint[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._delete_rows(bigint[]) TO @extowner@;
 

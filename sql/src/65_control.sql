@@ -115,15 +115,24 @@ CREATE TYPE jobq.job_state AS (
     finished_at      timestamptz,
     cancel_requested boolean,
     depends_on       bigint[],
-    task             text  -- 0.9.0
+    task             text,  -- 0.9.0
+    -- 0.11.0, durable execution (57_durable.sql)
+    steps            jsonb,
+    step_attempts    jsonb,
+    progress         jsonb,
+    waiting_for      jsonb
 );
 COMMENT ON TYPE jobq.job_state IS
-    'A job''s public state, as jobq.job, jobq.wait and jobq.watch return it (max_attempts with the queue''s default filled in; task NULL for a plain job).';
+    'A job''s public state, as jobq.job, jobq.wait and jobq.watch return it (max_attempts with the queue''s default filled in; task NULL for a plain job; steps: name to result, step_attempts: name to the attempt that recorded it, progress: the latest report, waiting_for: what a held, waiting or sleeping job waits for; NULL when none).';
 
 /*
- * jobq.job(id): the job's public state (jobq.job_state: its task last, NULL
- * for a plain job), its result read from jobq.results.  Reads the rows
- * without locking them.  Raises 22004 (NULL id), JQ002 (no such job).
+ * jobq.job(id): the job's public state (jobq.job_state: its task NULL for a
+ * plain job), its result read from jobq.results; for a durable job
+ * (control bit 64) its steps and the attempt that recorded each
+ * (jobq.job_steps), its latest progress (jobq.job_progress), and for a
+ * held, waiting or sleeping job what it waits for (jobq._waiting_for).
+ * Reads the rows without locking them.  Raises 22004 (NULL id), JQ002 (no
+ * such job).
  */
 CREATE FUNCTION jobq.job(id bigint)
 RETURNS jobq.job_state
@@ -143,13 +152,21 @@ BEGIN
            j.last_error, j.run_at, j.created_at, j.finished_at, coalesce(j.control & 1 <> 0, false),
            CASE WHEN j.control & 32 <> 0
                 THEN ARRAY(SELECT d.parent FROM jobq.job_deps AS d WHERE d.child = j.id ORDER BY d.parent) END,
-           j.task
+           j.task,
+           CASE WHEN j.control & 64 <> 0
+                THEN (SELECT jsonb_object_agg(t.name, t.result) FROM jobq.job_steps AS t WHERE t.id = j.id) END,
+           CASE WHEN j.control & 64 <> 0
+                THEN (SELECT jsonb_object_agg(t.name, t.attempt) FROM jobq.job_steps AS t WHERE t.id = j.id) END,
+           p.progress,
+           CASE WHEN j.status = 'waiting' OR j.control & 64 <> 0
+                THEN jobq._waiting_for(j.id, j.status, j.control, j.run_at) END
       INTO state.id, state.queue, state.status, state.attempts, state.max_attempts, state.result,
            state.last_error, state.run_at, state.created_at, state.finished_at, state.cancel_requested,
-           state.depends_on, state.task
+           state.depends_on, state.task, state.steps, state.step_attempts, state.progress, state.waiting_for
       FROM jobq.jobs AS j
       LEFT JOIN jobq.queue_settings AS s ON s.queue = j.queue
       LEFT JOIN jobq.results AS r ON r.id = j.id
+      LEFT JOIN jobq.job_progress AS p ON p.id = j.id
      WHERE j.id = job.id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'id %: no such job', job.id
@@ -159,7 +176,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.job(bigint) IS
-    'A job''s public state: queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at, cancel_requested, depends_on (its parents), task (not its payload). JQ002: no such job.';
+    'A job''s public state: queue, status, attempts, max_attempts, result, last_error, run_at, created_at, finished_at, cancel_requested, depends_on (its parents), task, steps, step_attempts, progress, waiting_for (not its payload). JQ002: no such job.';
 REVOKE ALL ON FUNCTION jobq.job(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.job(bigint) TO @extowner@;
 

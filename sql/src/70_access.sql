@@ -4,23 +4,28 @@
 -- the extension's owner (and superusers): these helpers run with the
 -- caller's rights and are granted to nobody else.
 --
--- - producer: jobq.enqueue, jobq.enqueue_many, jobq.enqueue_flow;
+-- - producer: jobq.enqueue, jobq.enqueue_many, jobq.enqueue_flow, and
+--             (0.11.0) jobq.signal and jobq.unhold: the program that holds
+--             jobs or awaits an approval releases them;
 -- - worker:   jobq.claim, claim_any, complete, complete_many, complete_and_claim, fail,
 --             snooze, hand_back, heartbeat, heartbeat_many, heartbeat_status, release,
---             register_waiter (and its deprecated name wait(queue, worker,
---             up_to), until 0.11.0), reap (it recovers only jobs whose
+--             register_waiter, reap (it recovers only jobs whose
 --             lease expired) and tick (it enqueues the schedules' due
---             occurrences);
+--             occurrences), and (0.11.0) the durable calls of a running
+--             job, checkpoint, sleep, await_signal, progress and fan_out
+--             (fenced by its lease), and signal (a job may signal others);
 -- - admin:    both, and jobq.retry_failed, purge, stats, cancel, pause,
 --             resume, configure_queue, schedule, unschedule, the views
 --             jobq.health, jobq.queues and jobq.schedules,
 --             SELECT, INSERT, UPDATE, DELETE on jobq.jobs (USAGE on its
 --             sequence), jobq.queue_settings, jobq.unique_keys,
 --             jobq.results, jobq.deadlines, jobq.queue_gates,
---             jobq.concurrency_keys, jobq.job_deps, jobq.job_waits and
---             jobq.schedule_settings, and the internal helpers those need;
--- - observer: jobq.job, wait (for a job) and watch, which show any job's
---             state and result: part of the worker and admin levels, and
+--             jobq.concurrency_keys, jobq.job_deps, jobq.job_waits,
+--             jobq.schedule_settings, jobq.job_steps, jobq.signals,
+--             jobq.signal_waits and jobq.job_progress, and the internal
+--             helpers those need;
+-- - observer: jobq.job, steps, parent_results, wait (for a job) and watch, which show any
+--             job's state, steps and result: part of the worker and admin levels, and
 --             of the producer level only when asked (grant_producer(role,
 --             see_jobs => true)), job ids being sequential;
 -- - monitor:  read-only (0.8.0, for dashboards and exporters): jobq.metrics,
@@ -44,9 +49,11 @@ BEGIN
     -- one branch per level, so that planning one never plans the others
     IF _level_functions.level = 'producer' THEN
         RETURN ARRAY[
-                'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text)',
+                'jobq.enqueue(text, jsonb, integer, timestamptz, integer, text, text, text, jsonb, text, bigint[], text, text, boolean)',
                 'jobq.enqueue_many(text, jsonb[], integer, timestamptz, integer, text[], text, text, jsonb, text[], text)',
                 'jobq.enqueue_flow(text, jsonb)',
+                'jobq.signal(text, jsonb, interval)',
+                'jobq.unhold(bigint[])',
                 'jobq.channel(text)',
                 'jobq.version()',
                 'jobq._check_queue(text)']::regprocedure[];
@@ -68,8 +75,15 @@ BEGIN
                 'jobq.tick()',
                 'jobq.metrics()',
                 'jobq.register_waiter(text, text, interval)',
-                'jobq.wait(text, text, interval)',
+                'jobq.checkpoint(bigint, bigint, text, jsonb)',
+                'jobq.sleep(bigint, bigint, text, timestamptz)',
+                'jobq.await_signal(bigint, bigint, text, interval)',
+                'jobq.signal(text, jsonb, interval)',
+                'jobq.progress(bigint, bigint, jsonb)',
+                'jobq.fan_out(bigint, bigint, text, jsonb, jsonb)',
                 'jobq.job(bigint)',
+                'jobq.steps(bigint)',
+                'jobq.parent_results(bigint)',
                 'jobq.wait(bigint, interval)',
                 'jobq.watch(bigint)',
                 'jobq.channel(text)',
@@ -78,6 +92,8 @@ BEGIN
     ELSIF _level_functions.level = 'observer' THEN
         RETURN ARRAY[
                 'jobq.job(bigint)',
+                'jobq.steps(bigint)',
+                'jobq.parent_results(bigint)',
                 'jobq.wait(bigint, interval)',
                 'jobq.watch(bigint)',
                 'jobq.channel(text)',
@@ -89,6 +105,8 @@ BEGIN
                 'jobq.metrics()',
                 'jobq.stats()',
                 'jobq.job(bigint)',
+                'jobq.steps(bigint)',
+                'jobq.parent_results(bigint)',
                 'jobq.wait(bigint, interval)',
                 'jobq.watch(bigint)',
                 'jobq.channel(text)',
@@ -219,12 +237,14 @@ BEGIN
         EXECUTE format('GRANT SELECT ON TABLE jobq.health TO %I', grantee);
         EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings, jobq.unique_keys,'
                        ' jobq.results, jobq.deadlines, jobq.queue_gates, jobq.concurrency_keys, jobq.job_deps,'
-                       ' jobq.job_waits, jobq.schedule_settings TO %I', grantee);
+                       ' jobq.job_waits, jobq.schedule_settings, jobq.job_steps, jobq.signals, jobq.signal_waits,'
+                       ' jobq.job_progress TO %I', grantee);
         EXECUTE format('GRANT SELECT ON TABLE jobq.queues, jobq.schedules TO %I', grantee);
     ELSIF _grant_level.level = 'monitor' THEN
         EXECUTE format('GRANT SELECT ON TABLE jobq.jobs, jobq.health, jobq.queue_settings, jobq.unique_keys,'
                        ' jobq.results, jobq.deadlines, jobq.queue_gates, jobq.concurrency_keys, jobq.job_deps,'
-                       ' jobq.job_waits, jobq.schedule_settings, jobq.queues, jobq.schedules TO %I', grantee);
+                       ' jobq.job_waits, jobq.schedule_settings, jobq.job_steps, jobq.signals, jobq.signal_waits,'
+                       ' jobq.job_progress, jobq.queues, jobq.schedules TO %I', grantee);
     END IF;
 END
 $$;
@@ -313,7 +333,8 @@ BEGIN
     EXECUTE format('REVOKE SELECT ON TABLE jobq.health FROM %I', grantee);
     EXECUTE format('REVOKE SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.queue_settings, jobq.unique_keys,'
                    ' jobq.results, jobq.deadlines, jobq.queue_gates, jobq.concurrency_keys, jobq.job_deps,'
-                   ' jobq.job_waits, jobq.schedule_settings FROM %I', grantee);
+                   ' jobq.job_waits, jobq.schedule_settings, jobq.job_steps, jobq.signals, jobq.signal_waits,'
+                   ' jobq.job_progress FROM %I', grantee);
     EXECUTE format('REVOKE SELECT ON TABLE jobq.queues, jobq.schedules FROM %I', grantee);
 END
 $$;

@@ -89,7 +89,9 @@ GRANT EXECUTE ON FUNCTION jobq._retain(timestamptz, integer) TO @extowner@;
 
 /*
  * jobq.tick(): how many jobs it enqueued: the schedules' due occurrences
- * (jobq._tick(statement_timestamp())); then retention: at most 100,000
+ * (jobq._tick(statement_timestamp())); then (0.11.0) the waits for a
+ * signal whose timeout passed end, and expired signals are deleted
+ * (jobq._end_waits(statement_timestamp(), 10000)); then retention: at most 100,000
  * finished jobs whose retention ended are deleted
  * (jobq._retain(statement_timestamp(), 100000); about 0.2 s where the
  * table is quiet: one worker's ticks keep up with 10,000 finished jobs a
@@ -116,6 +118,8 @@ DECLARE
     enqueued integer;
 BEGIN
     enqueued := jobq._tick(statement_timestamp());
+    -- 0.11.0: waits for a signal past their timeout, and expired signals
+    PERFORM jobq._end_waits(statement_timestamp(), 10000);
     BEGIN
         PERFORM jobq._retain(statement_timestamp(), 100000);
     EXCEPTION WHEN OTHERS THEN
@@ -128,6 +132,6 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION jobq.tick() IS
-    'Enqueue the occurrences of schedules due within the next minute (and missed ones, by catch_up), then delete up to 100,000 finished jobs whose retention ended; returns how many jobs it enqueued. Run by workers or pg_cron.';
+    'Enqueue the occurrences of schedules due within the next minute (and missed ones, by catch_up), end the waits for a signal past their timeout, then delete up to 100,000 finished jobs whose retention ended; returns how many jobs it enqueued. Run by workers or pg_cron.';
 REVOKE ALL ON FUNCTION jobq.tick() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.tick() TO @extowner@;

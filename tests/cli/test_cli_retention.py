@@ -1,17 +1,15 @@
 """Retention on the command line (extension 0.10.0), run as real processes: configure-queue's
 --retain-done, --retain-failed, --retain-cancelled and --keep-forever, each with its PGJOBQ_QUEUE_
 variable, and the retention column of queues.  A refused value prints one line and exits 1, bad usage
-exits 2; on extension 0.9.0 a retention option exits 1 saying it needs 0.10.0."""
+exits 2.  (pgjobq-py 1.3.0 supports the extension from 0.10.0 on, which has retention: the tests of the
+refusal on 0.9.0 went with its support.)"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
-from throwaway_pg import ThrowawayPostgres
 
-from helpers.databases import connect_as, fresh_database
 from helpers.processes import run_cli
 from helpers.sqlhelpers import Db, enqueue, scalar
 
@@ -34,14 +32,6 @@ def kept(db: Db, queue: str) -> dict[str, float | None]:
     row = db.execute(KEPT, (queue,)).fetchone()
     assert row is not None, f"queue {queue} is not listed"
     return row
-
-
-@pytest.fixture
-def old_dsn(db: Db, pg_server: ThrowawayPostgres) -> Iterator[str]:
-    """The DSN of a database of its own at extension 0.9.0, which has no retention; dropped after the test."""
-    with fresh_database(db) as dbname, connect_as(pg_server, dbname) as conn:
-        conn.execute("CREATE EXTENSION pgjobq VERSION '0.9.0'")
-        yield pg_server.dsn(dbname)
 
 
 def test_configure_queue_sets_each_states_retention_and_prints_it_as_json(dsn: str, db: Db) -> None:
@@ -165,23 +155,3 @@ def test_queues_json_has_each_queues_retention_in_seconds(dsn: str, db: Db) -> N
     assert result.returncode == 0, result.stderr
     (row,) = json.loads(result.stdout)
     assert (row["retain_done"], row["retain_failed"], row["retain_cancelled"]) == (None, 1209600, 129600)
-
-
-# -- extension 0.9.0 ------------------------------------------------------------------------------
-
-
-def test_a_retention_option_on_0_9_0_prints_that_it_needs_0_10_0_and_exits_1(old_dsn: str) -> None:
-    result = run_cli(old_dsn, "configure-queue", "emails", "--retain-done", "60")
-
-    assert result.returncode == 1
-    assert "retention settings need the pgjobq extension 0.10.0 or later" in error_line(result.stderr)
-
-
-def test_queues_on_0_9_0_shows_every_state_kept_until_purged(old_dsn: str) -> None:
-    setup = run_cli(old_dsn, "configure-queue", "emails", "--max-attempts", "5")
-
-    result = run_cli(old_dsn, "queues")
-
-    assert (setup.returncode, result.returncode) == (0, 0), (setup.stderr, result.stderr)
-    _, row = result.stdout.splitlines()
-    assert row.split()[-1] == "-/-/-"

@@ -16,11 +16,13 @@ import psycopg
 from pgjobq import Job
 
 __all__ = [
+    "EFFECTS_DDL",
     "EXECUTIONS_DDL",
     "fail_on_multiples_of_seven",
     "record",
     "sleep_then_record",
     "slow_first_attempt",
+    "two_steps",
 ]
 
 EXECUTIONS_DDL = """
@@ -139,3 +141,37 @@ def stop_when_cancelled(job: Job) -> None:
     _record(job)
     if asked:
         raise RuntimeError(f"job {job.id} stopped: cancel requested")
+
+
+# -- durable jobs (extension 0.11.0): each step's side effect is a row of the test's table effects, written
+# through this process's own connection, outside the job's statements (what a charge to a card would be)
+
+EFFECTS_DDL = """
+CREATE TABLE effects (
+    job_id bigint  NOT NULL,
+    step   text    NOT NULL,
+    pid    integer NOT NULL
+)
+"""
+
+
+def _effect(job: Job, step: str) -> str:
+    _connection().execute(
+        "INSERT INTO effects (job_id, step, pid) VALUES (%s, %s, %s)", (job.id, step, os.getpid())
+    )
+    return f"{step} of {job.id}"
+
+
+def _slow_effect(job: Job, step: str) -> str:
+    """The effect after payload["pause"] seconds (in the first attempt only): a worker killed meanwhile
+    dies between the previous step and this one's effect."""
+    if job.attempts == 1:
+        time.sleep(float(job.payload.get("pause", 0)))
+    return _effect(job, step)
+
+
+def two_steps(job: Job) -> object:
+    """Step one's effect at once, step two's after a pause; returns both results."""
+    one = job.step("one", _effect, job, "one")
+    two = job.step("two", _slow_effect, job, "two")
+    return [one, two]

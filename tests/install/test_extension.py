@@ -91,7 +91,9 @@ def test_every_object_of_the_extension_has_a_comment(db: Db) -> None:
         "index jobq.jobs_claim_idx",
         "index jobq.jobs_status_idx",
         "table jobq._waiters",
-        "function jobq.wait(text,text,interval)",
+        "function jobq.register_waiter(text,text,interval)",
+        "function jobq.checkpoint(bigint,bigint,text,jsonb)",
+        "table jobq.job_steps",
         "function jobq.claim(text,integer,text,interval)",
         "table jobq._claim_hints",
     } <= objects
@@ -132,12 +134,16 @@ def test_the_data_tables_and_the_id_sequence_are_marked_for_pg_dump(db: Db) -> N
         "jobq.concurrency_keys",
         "jobq.deadlines",
         "jobq.job_deps",
+        "jobq.job_progress",
+        "jobq.job_steps",
         "jobq.job_waits",
         "jobq.jobs",
         "jobq.jobs_id_seq",
         "jobq.queue_settings",
         "jobq.results",
         "jobq.schedule_settings",
+        "jobq.signal_waits",
+        "jobq.signals",
         "jobq.unique_keys",
     ]
 
@@ -248,8 +254,13 @@ def test_pg_dump_and_restore_keep_the_levels_granted(db: Db, dsn: str, pg_server
 LEVEL_PRIVILEGES = """
     SELECT r.rolname,
            has_function_privilege(r.oid, 'jobq.enqueue(text, jsonb, integer, timestamptz, integer,'
-                                         ' text, text, text, jsonb, text, bigint[], text, text)', 'EXECUTE')
+                                         ' text, text, text, jsonb, text, bigint[], text, text, boolean)',
+                                  'EXECUTE')
                AS enqueue,
+           has_function_privilege(r.oid, 'jobq.signal(text, jsonb, interval)', 'EXECUTE') AS signal,
+           has_function_privilege(r.oid, 'jobq.checkpoint(bigint, bigint, text, jsonb)', 'EXECUTE')
+               AS checkpoint,
+           has_function_privilege(r.oid, 'jobq.steps(bigint)', 'EXECUTE') AS steps,
            has_function_privilege(r.oid, 'jobq.enqueue_flow(text, jsonb)', 'EXECUTE') AS enqueue_flow,
            has_function_privilege(r.oid, 'jobq.claim_any(text[], integer, text, interval)', 'EXECUTE')
                AS claim_any,
@@ -283,6 +294,9 @@ def test_after_an_upgrade_by_a_superuser_pg_dump_and_restore_keep_the_levels_gra
 
     producing = {
         "enqueue": True,
+        "signal": True,
+        "checkpoint": False,
+        "steps": False,
         "enqueue_flow": True,
         "claim_any": False,
         "job": False,  # looking jobs up by id: only with grant_producer(role, see_jobs => true)
@@ -295,6 +309,9 @@ def test_after_an_upgrade_by_a_superuser_pg_dump_and_restore_keep_the_levels_gra
     }
     working = {
         "enqueue": False,
+        "signal": True,
+        "checkpoint": True,
+        "steps": True,
         "enqueue_flow": False,
         "claim_any": True,
         "job": True,

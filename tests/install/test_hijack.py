@@ -10,6 +10,7 @@ even where the results came out right.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from psycopg import sql
@@ -30,6 +31,12 @@ PLANTED_FUNCTIONS = {
     "pg_notify(text, text)": ("void", "pg_catalog.pg_notify($1, $2)"),
     "nextval(regclass)": ("bigint", "pg_catalog.nextval($1)"),
     "quote_literal(text)": ("text", "pg_catalog.quote_literal($1)"),
+    # what the functions of durable execution (0.11.0) call
+    "jsonb_build_object(text, jsonb)": ("jsonb", "pg_catalog.jsonb_build_object($1, $2)"),
+    "jsonb_build_object(text, timestamptz)": ("jsonb", "pg_catalog.jsonb_build_object($1, $2)"),
+    "pg_column_size(jsonb)": ("integer", "pg_catalog.pg_column_size($1)"),
+    "array_ndims(anyarray)": ("integer", "pg_catalog.array_ndims($1)"),
+    "array_position(anyarray, anyelement)": ("integer", "pg_catalog.array_position($1, $2)"),
 }
 PLANTED_OPERATORS = {
     "=": [("text", "text"), ("bigint", "bigint"), ("integer", "integer")],
@@ -37,6 +44,7 @@ PLANTED_OPERATORS = {
     "~": [("text", "text")],
     "<=": [("timestamptz", "timestamptz")],
     ">=": [("integer", "integer")],
+    "?": [("jsonb", "text")],
 }
 
 HOSTILE_PATHS = {
@@ -156,4 +164,76 @@ def test_every_api_call_under_a_hostile_search_path_is_correct_and_runs_no_plant
     assert version == scalar(
         db, "SELECT extversion FROM pg_extension WHERE extname OPERATOR(pg_catalog.=) 'pgjobq'"
     )
+    assert scalar(db, "SELECT count(*) FROM public.pwned") == 0
+
+
+@pytest.mark.parametrize("path", list(HOSTILE_PATHS))
+def test_the_durable_calls_under_a_hostile_search_path_are_correct_and_run_no_planted_object(
+    db: Db, hostile: str, path: str
+) -> None:
+    db.execute(f"SET search_path = {HOSTILE_PATHS[path]}")
+    stepper, sleeper, waiter = scalar(
+        db, "SELECT jobq.enqueue_many('emails', ARRAY['{}', '{}', '{}']::jsonb[])"
+    )
+    held = {row["id"]: row["lease"] for row in db.execute("SELECT * FROM jobq.claim('emails', 3, 'w1')")}
+    first = scalar(db, "SELECT jobq.checkpoint(%s, %s, 'charge', '\"ch_1\"')", (stepper, held[stepper]))
+    again = scalar(db, "SELECT jobq.checkpoint(%s, %s, 'charge', '\"ch_2\"')", (stepper, held[stepper]))
+    db.execute("SELECT jobq.progress(%s, %s, '{\"done\": 1}')", (stepper, held[stepper]))
+    until = datetime.now(timezone.utc) + timedelta(hours=1)
+    slept = scalar(db, "SELECT jobq.sleep(%s, %s, 'nap', %s)", (sleeper, held[sleeper], until))
+    parked = scalar(
+        db, "SELECT jobq.await_signal(%s, %s, 'approval', '1 hour') IS NULL", (waiter, held[waiter])
+    )
+    released = scalar(db, "SELECT jobq.signal('approval', '\"yes\"')")
+    on_hold = scalar(db, "SELECT jobq.enqueue('emails', '{}', hold => true)")
+    unheld = scalar(db, "SELECT jobq.unhold(ARRAY[%s]::bigint[])", (on_hold,))
+    recorded = [
+        (row["name"], row["attempt"]) for row in db.execute("SELECT * FROM jobq.steps(%s)", (stepper,))
+    ]
+    shown = db.execute("SELECT steps, progress FROM jobq.job(%s)", (stepper,)).fetchone()
+    sleeping = scalar(db, "SELECT (jobq.job(%s)).waiting_for", (sleeper,))
+    db.execute("SELECT jobq.tick()")
+    with pytest.raises(Exception, match="step must be 1 to 200 characters"):
+        db.execute("SELECT jobq.checkpoint(%s, %s, '', 'null')", (stepper, held[stepper]))
+    db.execute("RESET search_path")
+
+    assert (first, again, slept, parked, released, unheld) == ("ch_1", "ch_1", False, True, 1, 1)
+    assert recorded == [("charge", 1)]
+    assert shown == {"steps": {"charge": "ch_1"}, "progress": {"done": 1}}
+    assert sleeping["sleep"] == "nap"
+    assert scalar(db, "SELECT count(*) FROM public.pwned") == 0
+
+
+@pytest.mark.parametrize("path", list(HOSTILE_PATHS))
+def test_fan_out_and_parent_results_under_a_hostile_search_path_are_correct_and_run_no_planted_object(
+    db: Db, hostile: str, path: str
+) -> None:
+    db.execute(f"SET search_path = {HOSTILE_PATHS[path]}")
+    parent_id = scalar(db, "SELECT jobq.enqueue('emails', '{}')")
+    lease = scalar(db, "SELECT lease FROM jobq.claim('emails', 1, 'w1')")
+    fan_out = (
+        'SELECT jobq.fan_out(%s, %s, \'split\', \'[{"payload": {"n": 1}}, {"payload": {"n": 2}}]\','
+        ' \'{"payload": {"merge": true}}\')'
+    )
+    ids = scalar(db, fan_out, (parent_id, lease))
+    again = scalar(db, fan_out, (parent_id, lease))
+    first, second, continuation = ids
+    waiting = scalar(db, "SELECT (jobq.job(%s)).waiting_for", (continuation,))
+    children = {row["id"]: row["lease"] for row in db.execute("SELECT * FROM jobq.claim('emails', 2, 'w2')")}
+    db.execute("SELECT jobq.complete(%s, %s, '\"one\"')", (first, children[first]))
+    db.execute("SELECT jobq.fail(%s, 'boom', %s, retry => false)", (second, children[second]))
+    released = scalar(db, "SELECT (jobq.job(%s)).status", (continuation,))
+    results = [
+        tuple(row.values()) for row in db.execute("SELECT * FROM jobq.parent_results(%s)", (continuation,))
+    ]
+    with pytest.raises(Exception, match="children must be a JSON array of 1 to 999 objects"):
+        db.execute("SELECT jobq.fan_out(%s, %s, 'other', '[]')", (parent_id, lease))
+    db.execute("RESET search_path")
+
+    assert again == ids
+    assert sorted(ids) == ids
+    assert waiting == {"parents": [first, second]}
+    assert sorted(children) == [first, second]
+    assert released == "queued"
+    assert results == [(first, "done", "one"), (second, "failed", None)]
     assert scalar(db, "SELECT count(*) FROM public.pwned") == 0

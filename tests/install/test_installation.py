@@ -248,6 +248,9 @@ def test_roles_given_a_level_before_the_upgrade_keep_it_with_the_new_functions(
         with connect_as(pg_server, dbname, producer) as conn:
             job_id = scalar(conn, "SELECT jobq.enqueue('emails', '{}')")
             producer_sees = scalar(conn, "SELECT jobq.version()")
+            held = scalar(conn, "SELECT jobq.enqueue('approvals', '{}', hold => true)")
+            released = scalar(conn, "SELECT jobq.unhold(ARRAY[%s]::bigint[])", (held,))
+            signalled = scalar(conn, "SELECT jobq.signal('approve', '\"yes\"')")
         with connect_as(pg_server, dbname, worker) as conn:
             (claimed,) = conn.execute(
                 "SELECT id, lease, lease_expires_at - locked_at AS length"
@@ -260,23 +263,25 @@ def test_roles_given_a_level_before_the_upgrade_keep_it_with_the_new_functions(
                 ([claimed["id"]], [claimed["lease"]]),
             ).fetchall()
             worker_sees = scalar(conn, "SELECT jobq.version()")
-            registered = scalar(conn, "SELECT registered FROM jobq.wait('emails', 'w1', '1 second')")
-            registered_anew = scalar(
+            registered = scalar(
                 conn, "SELECT registered FROM jobq.register_waiter('emails', 'w1', '1 second')"
             )
+            (step,) = conn.execute("SELECT id, lease FROM jobq.claim('approvals', 1, 'w1') AS c").fetchall()
+            recorded = scalar(conn, "SELECT jobq.checkpoint(%(id)s, %(lease)s, 'charge', '1')", step)
 
     assert (claimed["id"], claimed["length"]) == (job_id, timedelta(minutes=5))
     assert (reaped, done) == ([], [{"id": job_id}])
     assert producer_sees == worker_sees == latest_version(db)
-    assert registered is True  # 0.5.0's jobq.wait, granted to the worker by the upgrade
-    assert registered_anew is True  # its 0.10.0 name, granted to the worker by the upgrade
+    assert registered is True  # 0.5.0's jobq.wait, under its 0.10.0 name, granted by the upgrade
+    assert (released, signalled, recorded) == (1, 0, 1)  # 0.11.0's functions, granted by the upgrade
     # granted by an upgrade not run by a superuser: a dump would leave these grants out, and says so
     # (the step to 0.4.0 for both roles, the step to 0.5.0 for the worker's jobq.wait, the step to
     # 0.6.0 for both: their replaced functions and jobq.job; the step to 0.7.0 for both: the producer's
     # new jobq.enqueue and enqueue_flow, the worker's claim_any; the step to 0.8.0 for the worker's
     # jobq.metrics; the step to 0.9.0 for both: the producer's jobq.enqueue and the worker's jobq.fail,
-    # which gained task and retry; the step to 0.10.0 for the worker's jobq.register_waiter)
-    to_040, to_050, to_060, to_070, to_080, to_090, to_0100 = [
+    # which gained task and retry; the step to 0.10.0 for the worker's jobq.register_waiter; the step to
+    # 0.11.0 for both: the producer's jobq.enqueue, signal and unhold, the worker's durable calls)
+    to_040, to_050, to_060, to_070, to_080, to_090, to_0100, to_0110 = [
         message for message in warnings if "granted" in message
     ]
     assert producer in to_040 and worker in to_040
@@ -286,6 +291,7 @@ def test_roles_given_a_level_before_the_upgrade_keep_it_with_the_new_functions(
     assert worker in to_080 and producer not in to_080 and "jobq.metrics" in to_080
     assert producer in to_090 and worker in to_090 and "fail" in to_090
     assert worker in to_0100 and producer not in to_0100 and "jobq.register_waiter" in to_0100
+    assert producer in to_0110 and worker in to_0110 and "durable execution" in to_0110
 
 
 @pytest.mark.main_targets  # the comparison is under test here, not the major

@@ -50,7 +50,7 @@ ATTEMPTS: dict[str, str] = {
         "SELECT * FROM jobq.complete_and_claim(ARRAY[{held_id}]::bigint[], ARRAY[{held_lease}]::bigint[],"
         " 'emails', 1, 'w1', results => ARRAY['1']::jsonb[])"
     ),
-    "wait for work": "SELECT * FROM jobq.wait('emails', 'w1', '1 s')",
+    "wait for work": "SELECT * FROM jobq.register_waiter('emails', 'w1', '1 s')",
     "job": "SELECT * FROM jobq.job({own_id})",
     "wait for a job": "SELECT * FROM jobq.wait({own_id}, '0 s')",
     "watch": "SELECT * FROM jobq.watch({own_id})",
@@ -96,9 +96,28 @@ ATTEMPTS: dict[str, str] = {
     "results SELECT": "SELECT count(*) FROM jobq.results",
     "results DELETE": "DELETE FROM jobq.results",
     "deadlines SELECT": "SELECT count(*) FROM jobq.deadlines",
+    # 0.11.0: durable execution
+    "enqueue held": "SELECT jobq.enqueue('emails', '{{}}', hold => true)",
+    "unhold": "SELECT jobq.unhold(ARRAY[{own_id}]::bigint[])",
+    "signal": "SELECT jobq.signal('approval', '{{\"approved\": true}}')",
+    "checkpoint": "SELECT jobq.checkpoint({held_id}, {held_lease}, 'charge', '\"ch_1\"')",
+    "sleep": "SELECT jobq.sleep({held_id}, {held_lease}, 'nap', now() + interval '1 hour')",
+    "await_signal": "SELECT jobq.await_signal({held_id}, {held_lease}, 'approval', '1 hour')",
+    "progress": "SELECT jobq.progress({held_id}, {held_lease}, '{{\"done\": 1}}')",
+    "steps": "SELECT * FROM jobq.steps({held_id})",
+    "fan_out": (
+        "SELECT jobq.fan_out({held_id}, {held_lease}, 'split', '[{{\"payload\": {{}}}}]',"
+        " '{{\"payload\": {{}}}}')"
+    ),
+    "parent_results": "SELECT * FROM jobq.parent_results({own_id})",
+    "job steps SELECT": "SELECT count(*) FROM jobq.job_steps",
+    "job steps DELETE": "DELETE FROM jobq.job_steps",
+    "signals SELECT": "SELECT count(*) FROM jobq.signals",
+    "signal waits SELECT": "SELECT count(*) FROM jobq.signal_waits",
+    "job progress SELECT": "SELECT count(*) FROM jobq.job_progress",
 }
 
-LOOKUP = {"job", "wait for a job", "watch", "channel", "version"}
+LOOKUP = {"job", "steps", "parent_results", "wait for a job", "watch", "channel", "version"}
 PRODUCER = {
     "enqueue",
     "enqueue with job options",
@@ -108,11 +127,15 @@ PRODUCER = {
     "enqueue_many with a task",
     "channel",
     "version",
+    # 0.11.0: the program that holds jobs or awaits an approval releases them
+    *("enqueue held", "unhold", "signal"),
 }
 WORKER = {
     *("claim", "complete", "complete_many", "complete_and_claim", "fail", "fail for good", "snooze"),
     *("heartbeat", "heartbeat_many", "heartbeat_status", "release", "wait for work", "reap"),
     "metrics",
+    # 0.11.0: the durable calls of a running job, fenced by its lease, and a signal to others
+    *("checkpoint", "sleep", "await_signal", "progress", "fan_out", "signal"),
     *LOOKUP,
 }
 # read-only: what a dashboard or an exporter reads, nothing it could change
@@ -120,6 +143,7 @@ MONITOR = {
     *LOOKUP,
     *("metrics", "stats", "health", "queues", "schedules"),
     *("table SELECT", "settings SELECT", "unique keys SELECT", "results SELECT", "deadlines SELECT"),
+    *("job steps SELECT", "signals SELECT", "signal waits SELECT", "job progress SELECT"),
 }
 ADMIN = set(ATTEMPTS) - {
     *("grant_producer", "grant_worker", "grant_admin", "grant_monitor", "revoke_all"),

@@ -456,13 +456,19 @@ WAIT_CASES = [
     ),
 ]
 
-# complete, heartbeat, release, fail and snooze take (id, lease) and refuse alike.
+# complete, heartbeat, release, fail and snooze take (id, lease) and refuse alike; so do the calls of a
+# running durable job (0.11.0): checkpoint, sleep, await_signal, progress and fan_out.
 LEASE_CALLS = {
     "complete": "SELECT jobq.complete(%s, %s)",
     "heartbeat": "SELECT jobq.heartbeat(%s, %s)",
     "release": "SELECT jobq.release(%s, %s)",
     "fail": "SELECT jobq.fail(%s, 'boom', %s)",
     "snooze": "SELECT jobq.snooze(%s, %s, '1 minute')",
+    "checkpoint": "SELECT jobq.checkpoint(%s, %s, 'charge', '{\"charge_id\": 1}')",
+    "sleep": "SELECT jobq.sleep(%s, %s, 'nap', 'tomorrow')",
+    "await-signal": "SELECT jobq.await_signal(%s, %s, 'approval', '1 hour')",
+    "progress": "SELECT jobq.progress(%s, %s, '{\"done\": 1}')",
+    "fan-out": "SELECT jobq.fan_out(%s, %s, 'split', '[{\"payload\": {}}]', '{\"payload\": {}}')",
 }
 
 LEASE_CASES = [
@@ -486,7 +492,17 @@ LEASE_CASES = [
     ],
     *[
         case(f"{call}-after-complete", LEASE_CALLS[call], "JQ001", "lease", id_of("done"), lease_of("done"))
-        for call in ("heartbeat", "release", "fail", "snooze")
+        for call in (
+            "heartbeat",
+            "release",
+            "fail",
+            "snooze",
+            "checkpoint",
+            "sleep",
+            "await-signal",
+            "progress",
+            "fan-out",
+        )
     ],
     case("complete-negative-id", LEASE_CALLS["complete"], "JQ002", "id", -1, 1),
     case(
@@ -1301,6 +1317,277 @@ LOOKUP_CASES = [
     case("watch-unknown-id", "SELECT * FROM jobq.watch(%s)", "JQ002", "id", UNKNOWN_ID),
 ]
 
+# 0.11.0: durable execution (steps, sleeps, signals, held jobs, progress); the (id, lease) of the calls of a
+# running job are in LEASE_CALLS.  A signal's key, like a step's name, is 1 to 200 characters.
+BAD_KEYS = [("null", None, "22004"), ("empty", "", "22023"), ("201-character", "k" * 201, "22023")]
+DURABLE_CASES = [
+    *[
+        c
+        for call, query in (
+            ("checkpoint", "SELECT jobq.checkpoint(%s, %s, %s, 'null')"),
+            ("sleep", "SELECT jobq.sleep(%s, %s, %s, 'tomorrow')"),
+            ("fan-out", "SELECT jobq.fan_out(%s, %s, %s, '[{\"payload\": {}}]')"),
+        )
+        for c in (
+            case(f"{call}-null-step", query, "22004", "step", id_of("running"), lease_of("running"), None),
+            case(f"{call}-empty-step", query, "22023", "step", id_of("running"), lease_of("running"), ""),
+            case(
+                f"{call}-201-character-step",
+                query,
+                "22023",
+                "step",
+                id_of("running"),
+                lease_of("running"),
+                "s" * 201,
+            ),
+        )
+    ],
+    case(
+        "checkpoint-null-result",
+        "SELECT jobq.checkpoint(%s, %s, 'charge', NULL)",
+        "22004",
+        "result",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "checkpoint-result-over-1-mib",
+        "SELECT jobq.checkpoint(%s, %s, 'charge', %s)",
+        "54000",
+        "result",
+        id_of("running"),
+        lease_of("running"),
+        OVER_1_MIB,
+    ),
+    case("steps-null-id", "SELECT * FROM jobq.steps(NULL)", "22004", "id"),
+    case("steps-unknown-id", "SELECT * FROM jobq.steps(%s)", "JQ002", "id", UNKNOWN_ID),
+    case(
+        "sleep-null-until",
+        "SELECT jobq.sleep(%s, %s, 'nap', NULL)",
+        "22004",
+        "until",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    *[
+        case(
+            f"sleep-until-{name}",
+            "SELECT jobq.sleep(%s, %s, 'nap', %s::timestamptz)",
+            "22023",
+            "until",
+            id_of("running"),
+            lease_of("running"),
+            until,
+        )
+        for name, until in (
+            ("infinity", "infinity"),
+            ("minus-infinity", "-infinity"),
+            ("in-11-years", IN_11_YEARS),
+        )
+    ],
+    *[
+        case(
+            f"await-signal-{name}-key",
+            "SELECT jobq.await_signal(%s, %s, %s, '1 hour')",
+            sqlstate,
+            "key",
+            id_of("running"),
+            lease_of("running"),
+            key,
+        )
+        for name, key, sqlstate in BAD_KEYS
+    ],
+    *[
+        case(
+            f"await-signal-{name}-timeout",
+            "SELECT jobq.await_signal(%s, %s, 'approval', %s::interval)",
+            "22023",
+            "timeout",
+            id_of("running"),
+            lease_of("running"),
+            timeout,
+        )
+        for name, timeout in (("zero", "0 s"), ("negative", "-1 s"), ("11-year", "11 years"))
+    ],
+    *[
+        case(f"signal-{name}-key", "SELECT jobq.signal(%s, '1')", sqlstate, "key", key)
+        for name, key, sqlstate in BAD_KEYS
+    ],
+    case("signal-null-payload", "SELECT jobq.signal('approval', NULL)", "22004", "payload"),
+    case("signal-payload-over-1-mib", "SELECT jobq.signal('approval', %s)", "54000", "payload", OVER_1_MIB),
+    case("signal-null-keep", "SELECT jobq.signal('approval', '1', NULL)", "22004", "keep"),
+    case("signal-negative-keep", "SELECT jobq.signal('approval', '1', '-1 s')", "22023", "keep"),
+    case("signal-11-year-keep", "SELECT jobq.signal('approval', '1', '11 years')", "22023", "keep"),
+    case("unhold-null-ids", "SELECT jobq.unhold(NULL)", "22004", "ids"),
+    case(
+        "unhold-null-in-ids",
+        "SELECT jobq.unhold(ARRAY[%s, NULL]::bigint[])",
+        "22023",
+        "ids",
+        id_of("queued_1"),
+    ),
+    case(
+        "unhold-two-dimensional-ids",
+        "SELECT jobq.unhold(ARRAY[[%s], [%s]]::bigint[])",
+        "22023",
+        "ids",
+        id_of("queued_1"),
+        id_of("queued_2"),
+    ),
+    case(
+        "progress-null-progress",
+        "SELECT jobq.progress(%s, %s, NULL)",
+        "22004",
+        "progress",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "progress-over-1-mib",
+        "SELECT jobq.progress(%s, %s, %s)",
+        "54000",
+        "progress",
+        id_of("running"),
+        lease_of("running"),
+        OVER_1_MIB,
+    ),
+    # fan_out: children as jobq.enqueue_flow's steps (children[i] is its steps[i], the continuation the
+    # last), each check before the job's row is locked or an id taken
+    case(
+        "fan-out-null-children",
+        "SELECT jobq.fan_out(%s, %s, 'split', NULL)",
+        "22004",
+        "children",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    *[
+        case(
+            f"fan-out-{name}-children",
+            "SELECT jobq.fan_out(%s, %s, 'split', %s)",
+            "22023",
+            "children",
+            id_of("running"),
+            lease_of("running"),
+            Jsonb(children),
+        )
+        for name, children in (
+            ("object", {"payload": {}}),
+            ("string", "[]"),
+            ("number", 1),
+            ("json-null", None),
+            ("empty", []),
+            ("1000", [{"payload": {}}] * 1000),
+        )
+    ],
+    case(
+        "fan-out-a-child-with-a-name",
+        'SELECT jobq.fan_out(%s, %s, \'split\', \'[{"payload": {}}, {"payload": {}, "name": "b"}]\')',
+        "22023",
+        "children[1]",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "fan-out-a-child-depending-on-a-name",
+        "SELECT jobq.fan_out(%s, %s, 'split', "
+        '\'[{"payload": {}}, {"payload": {}, "depends_on": ["#1"]}]\')',
+        "22023",
+        "children[1]",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "fan-out-a-continuation-with-a-name",
+        'SELECT jobq.fan_out(%s, %s, \'split\', \'[{"payload": {}}]\', \'{"payload": {}, "name": "#1"}\')',
+        "22023",
+        "continuation must have no name",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    *[
+        case(
+            f"fan-out-{name}-continuation",
+            "SELECT jobq.fan_out(%s, %s, 'split', '[{\"payload\": {}}]', %s)",
+            "22023",
+            "continuation",
+            id_of("running"),
+            lease_of("running"),
+            Jsonb(continuation),
+        )
+        for name, continuation in (
+            ("array", [{"payload": {}}]),
+            ("string", "{}"),
+            ("json-null", None),
+        )
+    ],
+    case(
+        "fan-out-continuation-depends-on-not-an-array",
+        "SELECT jobq.fan_out(%s, %s, 'split', '[{\"payload\": {}}]', %s)",
+        "22023",
+        "continuation.depends_on",
+        id_of("running"),
+        lease_of("running"),
+        Jsonb({"payload": {}, "depends_on": 5}),
+    ),
+    case(
+        "fan-out-a-child-not-an-object",
+        "SELECT jobq.fan_out(%s, %s, 'split', '[{\"payload\": {}}, 1]')",
+        "22023",
+        "steps[1]",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "fan-out-a-child-of-a-bad-queue",
+        'SELECT jobq.fan_out(%s, %s, \'split\', \'[{"payload": {}, "queue": "Emails"}]\')',
+        "22023",
+        "steps[0]",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "fan-out-a-continuation-without-a-payload",
+        "SELECT jobq.fan_out(%s, %s, 'split', '[{\"payload\": {}}, {\"payload\": {}}]', '{}')",
+        "22004",
+        "steps[2]",
+        id_of("running"),
+        lease_of("running"),
+    ),
+    case(
+        "fan-out-a-continuation-depending-on-an-unknown-job",
+        "SELECT jobq.fan_out(%s, %s, 'split', '[{\"payload\": {}}]',"
+        " jsonb_build_object('payload', '{}'::jsonb, 'depends_on', jsonb_build_array(%s::bigint)))",
+        "JQ002",
+        "steps[1]",
+        id_of("running"),
+        lease_of("running"),
+        UNKNOWN_ID,
+    ),
+    case("parent-results-null-id", "SELECT * FROM jobq.parent_results(NULL)", "22004", "id"),
+    case("parent-results-unknown-id", "SELECT * FROM jobq.parent_results(%s)", "JQ002", "id", UNKNOWN_ID),
+    case("enqueue-null-hold", "SELECT jobq.enqueue('default', '{}', hold => NULL)", "22004", "hold"),
+    case(
+        "enqueue-hold-with-a-unique-key",
+        "SELECT jobq.enqueue('default', '{}', hold => true, unique_key => 'k')",
+        "22023",
+        "hold",
+    ),
+    case(
+        "enqueue-hold-with-a-concurrency-key",
+        "SELECT jobq.enqueue('default', '{}', hold => true, concurrency_key => 'k')",
+        "22023",
+        "hold",
+    ),
+    case(
+        "enqueue-hold-with-parents",
+        "SELECT jobq.enqueue('default', '{}', hold => true, depends_on => ARRAY[%s]::bigint[])",
+        "22023",
+        "hold",
+        id_of("queued_1"),
+    ),
+]
+
 # 0.8.0: the trace context a session hands to the jobs it enqueues from SQL (SET LOCAL pgjobq.traceparent)
 TRACED = (
     "SELECT set_config('pgjobq.traceparent', %s, true), set_config('pgjobq.tracestate', %s, true), {call}"
@@ -1396,6 +1683,7 @@ CASES = [
     *CONFIGURE_CASES,
     *FLOW_CONTROL_CASES,
     *LOOKUP_CASES,
+    *DURABLE_CASES,
 ]
 
 
@@ -1537,10 +1825,20 @@ def refusal(conn: psycopg.Connection[Any], query: str, params: tuple[Any, ...] |
     return Refusal(raised.value.sqlstate, raised.value.diag.message_primary or "")
 
 
-def snapshot(conn: Db) -> tuple[JobsSnapshot, list[dict[str, Any]]]:
-    """Every job and the id sequence (jobs_snapshot), and every row of jobq.queue_settings."""
+DURABLE_ROWS = """
+SELECT 'jobq.job_steps' AS table_name, to_jsonb(s)::text AS row_value FROM jobq.job_steps AS s
+UNION ALL SELECT 'jobq.signals', to_jsonb(g)::text FROM jobq.signals AS g
+UNION ALL SELECT 'jobq.signal_waits', to_jsonb(w)::text FROM jobq.signal_waits AS w
+UNION ALL SELECT 'jobq.job_progress', to_jsonb(p)::text FROM jobq.job_progress AS p
+ORDER BY 1, 2
+"""
+
+
+def snapshot(conn: Db) -> tuple[JobsSnapshot, list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every job and the id sequence (jobs_snapshot), every row of jobq.queue_settings, and (0.11.0) every
+    row of the tables of durable execution (steps, signals, waits for a signal, progress)."""
     settings = conn.execute("SELECT s.* FROM jobq.queue_settings AS s ORDER BY s.queue").fetchall()
-    return jobs_snapshot(conn), settings
+    return jobs_snapshot(conn), settings, conn.execute(DURABLE_ROWS).fetchall()
 
 
 def names(message: str, argument: str) -> bool:
@@ -1745,6 +2043,16 @@ def test_the_snapshot_sees_a_change_of_the_queue_settings(seeded: Seeded) -> Non
 
     with seeded.observer.transaction(force_rollback=True):
         seeded.observer.execute("SELECT jobq.configure_queue('emails', backoff_jitter => 0.5)")
+        assert snapshot(seeded.observer) != before
+
+    assert snapshot(seeded.observer) == before
+
+
+def test_the_snapshot_sees_a_row_of_durable_execution(seeded: Seeded) -> None:
+    before = snapshot(seeded.observer)
+
+    with seeded.observer.transaction(force_rollback=True):
+        seeded.observer.execute("SELECT jobq.signal('approval')")
         assert snapshot(seeded.observer) != before
 
     assert snapshot(seeded.observer) == before

@@ -272,20 +272,9 @@ def test_the_channel_of_the_longest_queue_name_is_a_valid_identifier(db: Db, con
     assert channels_heard(ears) == Counter({channel: 1})
 
 
-def test_the_deprecated_three_argument_wait_registers_as_register_waiter_does(
-    db: Db, connect: Connect
-) -> None:
-    ears = listener(connect, "default", waiting=False)
-    registered = scalar(ears, "SELECT registered FROM jobq.wait('default', 'ears', '1 hour')")
+def test_the_three_argument_wait_deprecated_in_0_10_0_is_gone_and_the_wait_for_a_job_stays(db: Db) -> None:
+    gone = scalar(db, "SELECT to_regprocedure('jobq.wait(text, text, interval)')")
+    stays = scalar(db, "SELECT to_regprocedure('jobq.wait(bigint, interval)')")
 
-    enqueue(db)
-
-    assert registered is True
-    assert waiters(db) == [("default", "ears")]
-    assert channels_heard(ears) == Counter({"jobq_default": 1})
-
-
-def test_the_deprecated_wait_says_so_and_names_its_replacement(db: Db) -> None:
-    comment = scalar(db, "SELECT obj_description('jobq.wait(text, text, interval)'::regprocedure)")
-
-    assert "Deprecated since 0.10.0, removed in 0.11.0: use jobq.register_waiter" in comment
+    assert gone is None
+    assert stays is not None

@@ -84,6 +84,28 @@ def unencodable() -> object:
     return {1, 2}
 
 
+charges: list[int] = []  # the side effects of the durable tasks' step
+
+
+@tasks.task
+def _charge(order: int) -> str:
+    charges.append(order)
+    return f"ch_{order}"
+
+
+@tasks.task
+def durable_charge(order: int, job: Job, nap: float = 3600) -> str:
+    charged: str = job.step("charge", _charge, order)
+    job.sleep(nap)  # 0: over at once, the job goes on
+    return charged
+
+
+@tasks.task
+async def durable_charge_async(order: int, job: Job) -> str:
+    charged: str = await job.step("charge", _charge, order)
+    return charged
+
+
 @pytest.fixture(autouse=True)
 def free_stuck_threads() -> Iterator[None]:
     released.clear()
@@ -378,3 +400,50 @@ def test_run_due_async_runs_sync_and_async_tasks(db: Db, dsn: str) -> None:
         ("done", "welcome 1 (en)"),
         ("done", {"report": 2, "attempt": 1}),
     ]
+
+
+# -- durable tasks (extension 0.11.0) -------------------------------------------------------
+
+
+def test_a_durable_task_records_its_steps_on_the_callers_connection_and_its_sleep_suspends_it(db: Db) -> None:
+    charges.clear()
+    job_id = durable_charge.enqueue(db, order=5)
+
+    [ran] = run_due(db, tasks)
+
+    assert (ran.job.id, ran.status) == (job_id, "snoozed")  # asleep for an hour: queued, attempt given back
+    assert isinstance(ran.exception, pgjobq.Suspended)
+    assert (row(db, job_id)["status"], row(db, job_id)["attempts"], row(db, job_id)["later"]) == (
+        "queued",
+        0,
+        True,
+    )
+    steps = pgjobq.job(db, job_id).steps
+    assert steps is not None and steps.keys() == {"charge", "sleep:1"} and steps["charge"] == "ch_5"
+    assert charges == [5]
+
+
+def test_durable_tasks_sync_and_async_record_their_steps_under_run_due_and_run_due_async(db: Db) -> None:
+    charges.clear()
+    durable_charge.enqueue(db, order=6, nap=0)
+    durable_charge_async.enqueue(db, order=7)
+    first = run_due(db, tasks)
+    durable_charge.enqueue(db, order=8, nap=0)
+    durable_charge_async.enqueue(db, order=9)
+
+    second = asyncio.run(_run_due_async_on(db))
+
+    assert [(r.status, r.result) for r in first] == [("done", "ch_6"), ("done", "ch_7")]
+    assert [(r.status, r.result) for r in second] == [("done", "ch_8"), ("done", "ch_9")]
+    assert charges == [6, 7, 8, 9]
+    assert [(pgjobq.job(db, r.job.id).steps or {}).get("charge") for r in first + second] == [
+        "ch_6",
+        "ch_7",
+        "ch_8",
+        "ch_9",
+    ]
+
+
+async def _run_due_async_on(db: Db) -> list[Ran]:
+    async with await psycopg.AsyncConnection.connect(db.info.dsn, autocommit=True) as conn:
+        return await run_due_async(conn, tasks)

@@ -71,8 +71,8 @@ def job(job_id: int, *, task: str | None = None, attempts: int = 1, max_attempts
 
 
 def claimed_row(job_id: int, task: str | None = None) -> tuple[Any, ...]:
-    """A row of the claim statements of extension 0.9.0 (task last)."""
-    return (job_id, "q", {"n": job_id}, 0, 1, 3, job_id * 10, 60.0, 0.5, None, task)
+    """A row of the claim statements (task, then control: extension 0.11.0's, which 0.10.0 has too)."""
+    return (job_id, "q", {"n": job_id}, 0, 1, 3, job_id * 10, 60.0, 0.5, None, task, None)
 
 
 class Outcomes(WorkerObserver):
@@ -85,7 +85,7 @@ class Outcomes(WorkerObserver):
         self.seen.append((job.id, outcome))
 
 
-def core(version: str = "0.9.0", **settings: Any) -> Core:
+def core(version: str = "0.10.0", **settings: Any) -> Core:
     made = Core(
         WorkerSettings(queue=settings.pop("queue", "q"), name="w", **settings),
         lock=contextlib.nullcontext(),
@@ -113,7 +113,7 @@ def fail(worker: Core, each: Job, error: BaseException) -> None:
 
 def test_a_claim_with_nothing_to_acknowledge_sends_the_claim_alone_and_holds_its_jobs() -> None:
     worker = core()
-    rows = FEATURES["0.9.0"].jobs([claimed_row(1), claimed_row(2)])
+    rows = FEATURES["0.10.0"].jobs([claimed_row(1), claimed_row(2)])
     script = Script(("claim", rows))
 
     assert drive(worker.claim(), script) is True
@@ -199,10 +199,10 @@ def test_a_burst_worker_whose_claim_finds_nothing_and_holds_nothing_is_drained()
 @pytest.mark.parametrize(
     ("version", "queues", "register"),
     [
-        ("0.9.0", ["q"], "wait"),
-        ("0.9.0", ["q", "r"], "wait_any"),
         ("0.10.0", ["q"], "register_waiter"),
         ("0.10.0", ["q", "r"], "register_waiter_any"),
+        ("0.11.0", ["q"], "register_waiter"),
+        ("0.11.0", ["q", "r"], "register_waiter_any"),
     ],
 )
 def test_the_registration_as_waiting_has_the_name_of_the_extension_version_connected_to(
@@ -221,18 +221,18 @@ def test_the_registration_as_waiting_has_the_name_of_the_extension_version_conne
     assert script.done()
 
 
-def test_a_row_of_0_9_0_gives_its_job_its_task_and_headers_read_as_an_empty_dict_when_null() -> None:
-    (claimed,) = FEATURES["0.9.0"].jobs([claimed_row(4, task="send_welcome")])
+def test_a_claimed_row_gives_its_job_its_task_and_headers_read_as_an_empty_dict_when_null() -> None:
+    (claimed,) = FEATURES["0.11.0"].jobs([claimed_row(4, task="send_welcome")])
 
     assert (claimed.id, claimed.payload, claimed.headers, claimed.task) == (4, {"n": 4}, {}, "send_welcome")
     assert (claimed._lease_seconds, claimed._waited) == (60.0, 0.5)
 
 
 def test_complete_and_claims_rows_tell_the_acknowledged_ids_from_the_jobs_claimed() -> None:
-    done = ("done", 1, "q", None, 0, 1, 3, 10, None, None, None, None)
+    done = ("done", 1, "q", None, 0, 1, 3, 10, None, None, None, None, None)
     running = ("running", *claimed_row(2, task="t"))
 
-    acknowledged, jobs = FEATURES["0.9.0"].acknowledged_and_claimed([done, running])
+    acknowledged, jobs = FEATURES["0.10.0"].acknowledged_and_claimed([done, running])
 
     assert acknowledged == {1}
     assert [(j.id, j.task) for j in jobs] == [(2, "t")]
@@ -273,8 +273,8 @@ def test_each_failure_is_reported_in_a_statement_of_its_own_and_leaves_the_hand(
     assert worker.processed == 2
 
 
-def test_discard_fails_the_job_for_good_on_0_9_0() -> None:
-    worker = core("0.9.0")
+def test_discard_fails_the_job_for_good() -> None:
+    worker = core("0.10.0")
     fail(worker, job(1), Discard("bad input"))
     script = Script(("fail_for_good", ("failed", None)))
 
@@ -284,7 +284,7 @@ def test_discard_fails_the_job_for_good_on_0_9_0() -> None:
 
 
 def test_discard_raised_from_an_error_records_the_reason_and_that_errors_first_line() -> None:
-    worker = core("0.9.0")
+    worker = core("0.10.0")
     try:
         try:
             int("x")
@@ -301,9 +301,9 @@ def test_discard_raised_from_an_error_records_the_reason_and_that_errors_first_l
     )
 
 
-def test_an_unknown_task_is_handed_back_on_0_9_0_without_spending_its_attempt() -> None:
+def test_an_unknown_task_is_handed_back_without_spending_its_attempt() -> None:
     outcomes = Outcomes()
-    worker = core("0.9.0", observers=[outcomes])
+    worker = core("0.10.0", observers=[outcomes])
     fail(worker, job(1, task="t"), UnknownTask("t", retry_in=30, grace=3600))
     script = Script(("hand_back", "queued"))
 
@@ -317,7 +317,7 @@ def test_an_unknown_task_is_handed_back_on_0_9_0_without_spending_its_attempt() 
 
 def test_an_unknown_task_past_its_grace_ends_failed() -> None:
     outcomes = Outcomes()
-    worker = core("0.9.0", observers=[outcomes])
+    worker = core("0.10.0", observers=[outcomes])
     fail(worker, job(1, task="t"), UnknownTask("t", retry_in=30, grace=3600))
 
     drive(worker.report_failures(), Script(("hand_back", "failed")))
@@ -329,7 +329,7 @@ def test_an_unknown_task_is_warned_about_once_a_minute_per_task_name(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="pgjobq.worker")
-    worker = core("0.9.0")
+    worker = core("0.10.0")
     for job_id, task in [(1, "t"), (2, "t"), (3, "u")]:
         fail(worker, job(job_id, task=task), UnknownTask(task, retry_in=30, grace=3600))
 
@@ -405,7 +405,7 @@ def test_a_registered_worker_claims_once_more_then_sleeps_until_woken_and_claims
     worker = listening(core())
     script = Script(
         ("DropWakeUps", None),
-        ("wait", (True, None, None)),
+        ("register_waiter", (True, None, None)),
         ("claim", []),
         ("Sleep", True),
         ("claim", [job(1)]),
@@ -421,7 +421,7 @@ def test_the_sleep_ends_at_the_next_jobs_run_at_when_it_comes_before_the_poll() 
     worker = listening(core(poll_interval=30))
     script = Script(
         ("DropWakeUps", None),
-        ("wait", (True, NOW, timedelta(seconds=2))),
+        ("register_waiter", (True, NOW, timedelta(seconds=2))),
         ("claim", []),
         ("Sleep", False),
     )
@@ -435,7 +435,9 @@ def test_the_sleep_ends_at_the_next_jobs_run_at_when_it_comes_before_the_poll() 
 
 def test_a_refused_registration_claims_again_after_a_few_milliseconds_if_woken() -> None:
     worker = listening(core())
-    script = Script(("DropWakeUps", None), ("wait", (False, None, None)), ("Sleep", True), ("claim", []))
+    script = Script(
+        ("DropWakeUps", None), ("register_waiter", (False, None, None)), ("Sleep", True), ("claim", [])
+    )
 
     drive(worker.wait_for_work(), script)
 
@@ -451,7 +453,7 @@ def test_the_outcomes_collected_are_acknowledged_before_registering() -> None:
     script = Script(
         ("complete_many", {1}),
         ("DropWakeUps", None),
-        ("wait", (True, None, None)),
+        ("register_waiter", (True, None, None)),
         ("claim", [job(2)]),
     )
 
@@ -460,13 +462,16 @@ def test_the_outcomes_collected_are_acknowledged_before_registering() -> None:
     assert script.done()
 
 
-def test_a_role_refused_jobq_wait_is_told_once_and_only_sleeps_after(
+def test_a_role_refused_jobq_register_waiter_is_told_once_and_only_sleeps_after(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     worker = listening(core())
     drive(
         worker.wait_for_work(),
-        Script(("DropWakeUps", None), ("wait", PermissionDenied("permission denied for function wait"))),
+        Script(
+            ("DropWakeUps", None),
+            ("register_waiter", PermissionDenied("permission denied for function wait")),
+        ),
     )
 
     drive(worker.wait_for_work(), Script(("Sleep", False)))
@@ -486,20 +491,20 @@ def test_a_role_refused_jobq_reap_stops_reaping_and_still_ticks() -> None:
     worker = core()
     drive(
         worker.reap_and_tick(),
-        Script(("reap_each", PermissionDenied("no")), ("tick", 0), ("running_version", "0.9.0")),
+        Script(("reap_spaced", PermissionDenied("no")), ("tick", 0), ("running_version", "0.10.0")),
     )
 
-    drive(worker.reap_and_tick(), Script(("tick", 0), ("running_version", "0.9.0")))
+    drive(worker.reap_and_tick(), Script(("tick", 0), ("running_version", "0.10.0")))
 
     assert not worker.upkeep.may_reap
 
 
 def test_an_extension_upgraded_while_the_worker_runs_gives_it_the_new_statements_at_the_next_reap() -> None:
-    worker = listening(core(version="0.9.0"))
+    worker = listening(core(version="0.10.0"))
 
-    drive(worker.reap_and_tick(), Script(("reap_each", []), ("tick", 0), ("running_version", "0.10.0")))
+    drive(worker.reap_and_tick(), Script(("reap_spaced", []), ("tick", 0), ("running_version", "0.11.0")))
 
-    assert worker.features.version == "0.10.0"
+    assert worker.features.version == "0.11.0"
     script = Script(
         ("DropWakeUps", None), ("register_waiter", (True, None, None)), ("claim", []), ("Sleep", False)
     )
@@ -510,12 +515,12 @@ def test_an_extension_upgraded_while_the_worker_runs_gives_it_the_new_statements
 def test_an_unsupported_version_read_while_running_is_logged_once_and_the_worker_carries_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    worker = core(version="0.9.0")
+    worker = core(version="0.10.0")
 
     for _ in range(3):
-        drive(worker.reap_and_tick(), Script(("reap_each", []), ("tick", 0), ("running_version", "9.9.9")))
+        drive(worker.reap_and_tick(), Script(("reap_spaced", []), ("tick", 0), ("running_version", "9.9.9")))
 
-    assert worker.features.version == "0.9.0"
+    assert worker.features.version == "0.10.0"
     assert caplog.text.count("now 9.9.9, which pgjobq-py") == 1
 
 
@@ -558,7 +563,7 @@ def test_a_probe_that_does_not_arrive_leaves_the_worker_polling(caplog: pytest.L
 
 def test_an_error_the_step_does_not_handle_comes_out_of_drive() -> None:
     with pytest.raises(psycopg.OperationalError):
-        drive(core().reap_and_tick(), Script(("reap_each", psycopg.OperationalError("gone"))))
+        drive(core().reap_and_tick(), Script(("reap_spaced", psycopg.OperationalError("gone"))))
 
 
 def test_on_0_10_0_a_worker_reaps_at_most_once_per_reap_interval_across_the_fleet() -> None:

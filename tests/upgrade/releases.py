@@ -2,14 +2,13 @@
 
 Which commit is the previous release.  The working tree's ``python/pyproject.toml`` names the version
 being made (this release).  The previous release's version is the version of the newest commit whose
-``python/pyproject.toml`` names another one; the commit that set that version (its first commit with it)
-is where that release's package was finished, since every release so far set its version in its closing
-commit, with the README and the CHANGELOG.  The release as it landed is the newest commit after that one
-before the next change under ``python/`` (the next release's first change to the package; HEAD when
-there is none yet): its ``python/`` is the same as at the commit that set the version, so either gives
-the same package, and the later one also has the release's last test and tool fixes.  This holds as long
-as the working tree's version is moved on while the next release is made (before it lands); a tree
-whose version is still the last release's would take the release before it.
+``python/pyproject.toml`` names another one.  The release as it landed is the last commit (on main's
+first-parent line) before the one that set the next version: HEAD while the next version is not
+committed yet.  (Until pgjobq-py 1.2.0 every release set its version in its closing commit, and the
+release was taken at that commit; 1.2.0 set it in a work-in-progress commit of its issue and changed
+python/ after it, so the release is now taken where its version ended.)  This holds as long as the
+working tree's version is moved on while the next release is made (before it lands); a tree whose
+version is still the last release's would take the release before it.
 
 Where the history cannot say (a shallow clone, no git, no earlier version), ``PreviousReleaseMissing``
 is raised, and the fixtures fail the tests with its message rather than skip them: a run that could not
@@ -44,6 +43,7 @@ __all__ = [
     "extension_version_at",
     "package_version_at",
     "previous_release",
+    "release_made_for",
     "release_venv",
 ]
 
@@ -123,22 +123,28 @@ def extension_version_at(commit: str | None, repo: Path = REPO_ROOT) -> str:
     )
 
 
-def previous_release(repo: Path = REPO_ROOT) -> PreviousRelease:
-    """The previous release of pgjobq-py (the rule is in the module docstring); PreviousReleaseMissing if
-    the history cannot say."""
+def previous_release(repo: Path = REPO_ROOT, before: str | None = None) -> PreviousRelease:
+    """The previous release of pgjobq-py (the rule is in the module docstring), or with before, the release
+    before the one of that version; PreviousReleaseMissing if the history cannot say."""
     if _git("rev-parse", "--is-shallow-repository", repo=repo).strip() == "true":
         raise PreviousReleaseMissing(
             f"{repo} is a shallow clone: the previous release comes from git history (git fetch --unshallow)"
         )
-    current = package_version_at(None, repo)
+    current = before if before is not None else package_version_at(None, repo)
     # the commits that changed python/pyproject.toml, newest first
-    changed = _git("log", "--format=%H", "HEAD", "--", PYPROJECT, repo=repo).split()
+    changed = _git("log", "--first-parent", "--format=%H", "HEAD", "--", PYPROJECT, repo=repo).split()
     previous: str | None = None
     versioned_at: str | None = None
+    newer: str | None = None  # the commit that set the version after previous (None: not committed yet)
+    reached = before is None  # with before: the commits newer than its version's are skipped
     for commit in changed:
         version = package_version_at(commit, repo)
+        if not reached:
+            reached = version == current
         if previous is None:
-            if version != current:
+            if not reached or version == current:
+                newer = commit
+            else:
                 previous, versioned_at = version, commit
         elif version == previous:
             versioned_at = commit  # an older commit with the same version: the version was set earlier
@@ -146,27 +152,10 @@ def previous_release(repo: Path = REPO_ROOT) -> PreviousRelease:
             break
     if previous is None or versioned_at is None:
         raise PreviousReleaseMissing(
-            f"no commit of this repository's history has a {PYPROJECT} version other than the working"
-            f" tree's {current}: the previous release cannot be found"
+            f"no commit of this repository's history has a {PYPROJECT} version other than {current}: the"
+            " previous release cannot be found"
         )
-    # the next change under python/ after the version was set (on main's line): the release is just before it
-    following = _git(
-        "log",
-        "--reverse",
-        "--first-parent",
-        "--format=%H",
-        f"{versioned_at}..HEAD",
-        "--",
-        "python/",
-        repo=repo,
-    ).split()
-    landed = _git("rev-parse", f"{following[0]}^1" if following else "HEAD", repo=repo).strip()
-    differs = _git("diff", "--name-only", versioned_at, landed, "--", "python/", repo=repo).split()
-    if differs:
-        raise PreviousReleaseMissing(
-            f"python/ differs between {versioned_at[:12]}, which set version {previous}, and {landed[:12]},"
-            f" the last commit before the next change to it: {', '.join(differs[:5])}"
-        )
+    landed = _git("rev-parse", f"{newer}^1" if newer is not None else "HEAD", repo=repo).strip()
     return PreviousRelease(previous, landed, versioned_at, extension_version_at(landed, repo))
 
 
@@ -228,3 +217,12 @@ def _build(release: PreviousRelease, path: Path, repo: Path) -> None:
              f"{source / 'python'}[binary]"],
             f"installing pgjobq-py {release.version}",
         )  # fmt: skip
+
+
+def release_made_for(extension_version: str, repo: Path = REPO_ROOT) -> PreviousRelease:
+    """The release of pgjobq-py made for extension_version (the newest whose pgjobq.control names it),
+    walking back from the previous release; PreviousReleaseMissing if the history cannot say."""
+    release = previous_release(repo)
+    while release.extension_version != extension_version:
+        release = previous_release(repo, before=release.version)
+    return release

@@ -71,8 +71,9 @@ PARAMETERS: dict[str, Callable[[Callable[[], Held]], dict[str, Any]]] = {
     "release": one,
     "snooze": lambda held: {**one(held), "delay": "1 second"},
     "reap": lambda held: {"stale": "1 hour"},
-    "wait": lambda held: {"queue": "q", "worker": "w", "up_to": "1 second"},
-    "wait_any": lambda held: {"queues": ["q", "r"], "worker": "w", "up_to": "1 second"},
+    # not wait and wait_any: pgjobq-py 1.2.0's workers sent them to extension 0.9.0 only, and its low-level
+    # pgjobq.register_waiter(conn, ...), which sent wait, fails on 0.11.0, where jobq.wait(queue, worker,
+    # up_to) is gone as 0.10.0 announced (docs/howto/upgrading.md says so)
     "tick": lambda held: {},
     "channel": lambda held: {"queue": "q"},
     "stats": lambda held: {},

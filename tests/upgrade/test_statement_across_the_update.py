@@ -16,11 +16,12 @@ that ran them before the update: test_sessions_across_the_update.py) cannot reac
 
 The first tests show this on plain sessions, with the statements a worker sends to 0.8.0 (STATEMENTS_0_8,
 which pgjobq-py 1.0.0 and 1.1.0 sent; this release no longer accepts 0.8.0), so that they fail loudly
-should PostgreSQL or the step ever behave otherwise.  The rest show a real worker of the previous release
-(the upgrade fixtures' venv: the last release that accepts 0.8.0, and whose worker therefore meets this
-step) whose acknowledgement is caught so: it logs that the database's pgjobq changed under a statement
-(pgjobq._worker.connections.CHANGED_UNDER, which this release keeps), keeps running, reconnects, sends the
-acknowledgement again, every job ends done and run once, and it exits 0 on SIGTERM.
+should PostgreSQL or the step ever behave otherwise.  The rest show a real worker of the release made for
+0.9.0 (pgjobq-py 1.1.0: the last release that accepts 0.8.0, and whose worker therefore meets this step,
+found in git history and installed in a venv as the upgrade fixtures do) whose acknowledgement is caught
+so: it logs that the database's pgjobq changed under a statement (pgjobq._worker.connections.CHANGED_UNDER,
+which this release keeps), keeps running, reconnects, sends the acknowledgement again, every job ends done
+and run once, and it exits 0 on SIGTERM.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import pytest
 from psycopg import sql
 from throwaway_pg import ThrowawayPostgres
 from upgrade.handlers import RUNS_DDL
-from upgrade.releases import ReleaseVenv
+from upgrade.releases import PreviousReleaseMissing, ReleaseVenv, release_made_for, release_venv
 
 from pgjobq._queries import query
 
@@ -438,13 +439,24 @@ def run_caught_worker(server: ThrowawayPostgres, log_path: Path, pgjobq: Path) -
         )
 
 
+@pytest.fixture(scope="session")
+def venv_meeting_the_step() -> ReleaseVenv:
+    """A venv with the release made for TO_VERSION, which accepts FROM_VERSION too, so that its worker
+    meets this step (built once, cached); fails, as the upgrade fixtures do, where it cannot be built."""
+    try:
+        return release_venv(release_made_for(TO_VERSION))
+    except PreviousReleaseMissing as exc:
+        pytest.fail(f"the release of pgjobq-py made for {TO_VERSION} is needed here: {exc}")
+
+
 @pytest.fixture(scope="module")
 def caught_run(
-    pg_server: ThrowawayPostgres, tmp_path_factory: pytest.TempPathFactory, previous_venv: ReleaseVenv
+    pg_server: ThrowawayPostgres, tmp_path_factory: pytest.TempPathFactory, venv_meeting_the_step: ReleaseVenv
 ) -> CaughtRun:
-    """The run of run_caught_worker, with the previous release's worker, made once for the tests below."""
+    """The run of run_caught_worker, with the worker of the release made for TO_VERSION, made once for the
+    tests below."""
     log_path = tmp_path_factory.mktemp("caught") / f"worker-{WORKER}.log"
-    return run_caught_worker(pg_server, log_path, previous_venv.pgjobq)
+    return run_caught_worker(pg_server, log_path, venv_meeting_the_step.pgjobq)
 
 
 @ONE_RUN

@@ -3,11 +3,9 @@
 A release supports the extension version it was made for and the one before
 it (pgjobq._version.SUPPORTED_EXTENSION_VERSIONS), so that its workers keep
 working while the database is upgraded.  The tests here install the one
-before (``CREATE EXTENSION pgjobq VERSION '0.9.0'``, whose registration as a
-waiting worker is named ``jobq.wait(queue, worker, up_to)``, not
-``jobq.register_waiter``) and check that both workers pick that version's
-statements when they connect; the rest of tests/worker runs them on the
-current one.  A worker that meets a
+before (``CREATE EXTENSION pgjobq VERSION '0.10.0'``, which has no durable
+execution) and check that both workers pick that version's statements when
+they connect; the rest of tests/worker runs them on the current one.  A worker that meets a
 version it does not support, or no pgjobq at all, says so and keeps trying
 with its reconnect backoff (an upgrade may be under way), and starts once
 the database is upgraded.
@@ -16,6 +14,7 @@ the database is upgraded.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -34,8 +33,8 @@ from helpers.handlers import EXECUTIONS_DDL
 from helpers.processes import StartWorker, wait_until
 from helpers.sqlhelpers import Db, enqueue, fill, scalar, statuses
 
-PREVIOUS, CURRENT = SUPPORTED_EXTENSION_VERSIONS  # "0.9.0", "0.10.0"
-UNSUPPORTED = "0.8.0"
+PREVIOUS, CURRENT = SUPPORTED_EXTENSION_VERSIONS  # "0.10.0", "0.11.0"
+UNSUPPORTED = "0.9.0"
 
 FAST: dict[str, Any] = {
     "poll_interval": 0.05,
@@ -70,7 +69,8 @@ def run_burst(kind: str, dsn: str, handler: Callable[[Job], Any]) -> Worker | As
         return worker
 
     async def handle(job: Job) -> Any:
-        return handler(job)
+        result = handler(job)
+        return await result if inspect.isawaitable(result) else result  # job.step awaited on the loop
 
     async_worker = AsyncWorker(dsn, handle, settings)
     asyncio.run(async_worker.run(install_signal_handlers=False))
@@ -122,24 +122,25 @@ def idle_worker_registers(kind: str, dsn: str, conn: Db) -> bool:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_an_idle_worker_at_the_previous_version_registers_under_that_versions_name(
+def test_an_idle_worker_at_the_previous_version_registers_as_waiting(
     previous: tuple[Db, str], kind: str
 ) -> None:
     conn, dsn = previous
-    assert scalar(conn, "SELECT to_regprocedure('jobq.register_waiter(text, text, interval)')") is None
 
     assert idle_worker_registers(kind, dsn, conn)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_an_idle_worker_at_the_current_version_registers_without_the_deprecated_name(
-    db: Db, pg_server: ThrowawayPostgres, kind: str
+def test_a_step_at_the_previous_version_fails_its_job_saying_the_version_it_needs(
+    previous: tuple[Db, str], kind: str
 ) -> None:
-    with installed_at(db, pg_server, CURRENT) as (conn, dsn):
-        conn.execute("ALTER EXTENSION pgjobq DROP FUNCTION jobq.wait(text, text, interval)")
-        conn.execute("DROP FUNCTION jobq.wait(text, text, interval)")
+    conn, dsn = previous
+    job_id = enqueue(conn, "default", {}, max_attempts=1)
+    run_burst(kind, dsn, lambda job: job.step("charge", lambda: "ch"))
 
-        assert idle_worker_registers(kind, dsn, conn)
+    assert statuses(conn) == {"failed": 1}
+    error = scalar(conn, "SELECT last_error FROM jobq.jobs WHERE id = %s", (job_id,))
+    assert error.startswith("IncompatibleExtension: durable execution (job.step") and "0.11.0" in error
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -1,7 +1,7 @@
 """The pgjobq command line (``pgjobq``, ``python -m pgjobq``): main, the root group, and its commands.
 
 - worker: the worker (worker);
-- jobs: enqueue, wait, cancel, retry-failed, jobs list, jobs show and its alias job;
+- jobs: enqueue, wait, cancel, retry-failed, signal, jobs list, jobs show and its alias job, jobs unhold;
 - queues: stats (and --watch), health, queues, configure-queue, pause, resume, reap, purge;
 - schedules: schedule, unschedule, schedules;
 - install: sql install, upgrade and pgtle, installs without the extension's files;
@@ -32,6 +32,7 @@ for _command in (
     jobs.wait,
     jobs.cancel,
     jobs.retry_failed,
+    jobs.signal,
     jobs.jobs,
     queues.stats,
     queues.health,

@@ -1,10 +1,11 @@
-"""The job commands: enqueue, wait, cancel, retry-failed, jobs list, jobs show and its alias job; and the
-options of the jobs that enqueue and schedule make, defined once (job_options)."""
+"""The job commands: enqueue, wait, cancel, retry-failed, signal, jobs list, jobs show and its alias job,
+jobs unhold; and the options of the jobs that enqueue and schedule make, defined once (job_options)."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import click
 import psycopg
@@ -21,9 +22,11 @@ from pgjobq._cli.common import (
 )
 from pgjobq._cli.output import echo_fields, echo_table, fields, json_value
 from pgjobq._client import sync as client
+from pgjobq._client.proto import DURABLE_VERSION
 from pgjobq._queries import query
 
 __all__ = [
+    "DURABLE_SINCE",
     "TASKS_SINCE",
     "cancel",
     "enqueue",
@@ -31,12 +34,16 @@ __all__ = [
     "job_options",
     "jobs",
     "jobs_show",
+    "jobs_unhold",
     "retry_failed",
+    "signal",
     "wait",
 ]
 
 # The extension version whose jobs have a task (jobq.jobs.task).
 TASKS_SINCE = "0.9.0"
+# The extension version of durable execution: held jobs, signals, steps, progress.
+DURABLE_SINCE = DURABLE_VERSION
 
 JOB_STATUSES = ("waiting", "queued", "running", "done", "failed", "cancelled")
 
@@ -100,6 +107,12 @@ def job_options(command: F) -> F:
     type=click.Choice(["cancel", "run"]),
     default="cancel",
 )
+@option(
+    "--hold",
+    "Enqueue the job held: it waits, never claimed, until pgjobq jobs unhold releases it (extension "
+    f"{DURABLE_SINCE}; not with --unique-key, --concurrency-key or --depends-on).",
+    is_flag=True,
+)
 def enqueue(
     queue: str,
     payload: str,
@@ -115,6 +128,7 @@ def enqueue(
     concurrency_key: str | None,
     depends_on: tuple[int, ...],
     on_parent_failure: client.OnParentFailure,
+    hold: bool,
 ) -> None:
     """Enqueue one job with a JSON object as payload; print its id (nothing when skipped).
 
@@ -140,6 +154,7 @@ def enqueue(
             depends_on=list(depends_on) if depends_on else None,
             on_parent_failure=on_parent_failure,
             task=task,  # None: a plain job, and the call extension 0.8.0 knows
+            hold=hold,  # False: the call extension 0.10.0 knows
         )
     if job_id is None:
         click.echo(f"skipped: unique key {unique_key!r} is held by another job of queue {queue!r}", err=True)
@@ -218,9 +233,42 @@ def retry_failed(dsn: str, queue: str | None, ids: tuple[int, ...]) -> None:
     click.echo(f"{len(redriven)} job(s) back in the queue")
 
 
+@click.command()
+@click.argument("key")
+@click.argument("payload", metavar="[PAYLOAD_JSON]", required=False)
+@dsn_option
+@option(
+    "--keep",
+    "Seconds the signal is kept for the jobs that await KEY later (0 to 10 years).",
+    prefix="SIGNAL_",
+    type=SECONDS,
+    default="604800",
+)
+def signal(key: str, payload: str | None, dsn: str, keep: timedelta) -> None:
+    """Send the signal KEY, with PAYLOAD_JSON (any JSON value; default null): every job waiting for it
+    becomes queued; print how many it released.
+
+    The first signal of a key wins, and is kept for --keep for the jobs that await it later; sending it
+    again releases nothing.  Needs the pgjobq extension 0.11.0."""  # fmt: skip
+    value = _json_value(payload, "PAYLOAD_JSON")
+    with connection(dsn) as conn:
+        released = client.signal(conn, key, value, keep=keep)
+    click.echo(f"{released} job(s) released")
+
+
+def _json_value(text: str | None, param_hint: str) -> Any:
+    """text parsed as any JSON value (None stays None: JSON null); bad usage otherwise."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=param_hint) from exc
+
+
 @click.group()
 def jobs() -> None:
-    """List jobs, or show one with its payload, headers, result and error."""
+    """List jobs, show one with its payload, headers, result, error and steps, or release held ones."""
 
 
 @jobs.command("list")
@@ -301,7 +349,8 @@ def jobs_list(
 @json_option
 def jobs_show(job_id: int, dsn: str, as_json: bool) -> None:
     """One job whole: status, priority, attempts, task (extension 0.9.0), payload, headers, result, last
-    error, parents, times and the worker holding it; exit 1 when there is none.
+    error, parents, times, the worker holding it, and its steps, progress and what it waits for (extension
+    0.11.0); exit 1 when there is none.
 
     A role that may look jobs up (jobq.job) but not read the table jobq.jobs (pgjobq's observer
     level) gets what jobq.job tells, without the priority, payload, headers and lease, and a
@@ -329,7 +378,22 @@ def jobs_show(job_id: int, dsn: str, as_json: bool) -> None:
 
 # What jobq.job tells of a job, in the order jobs show prints the whole job (queries.sql, show_job).
 _STATE_FIELDS = ("id", "queue", "task", "status", "attempts", "max_attempts", "result", "last_error",
-                 "depends_on", "cancel_requested", "run_at", "created_at", "finished_at")  # fmt: skip
+                 "depends_on", "cancel_requested", "run_at", "created_at", "finished_at", "steps",
+                 "progress", "waiting_for")  # fmt: skip
+
+
+@jobs.command("unhold")
+@click.argument("ids", metavar="ID...", nargs=-1, required=True, type=int)
+@dsn_option
+def jobs_unhold(ids: tuple[int, ...], dsn: str) -> None:
+    """Release held jobs (enqueue --hold): each becomes queued; print how many it released.
+
+    The ids of jobs that are not held (unknown, released already, cancelled) are left alone.  Needs the
+    pgjobq extension 0.11.0."""  # fmt: skip
+    with connection(dsn) as conn:
+        released = client.unhold(conn, ids)
+    click.echo(f"{released} job(s) released")
+
 
 # pgjobq job ID: jobs show under its older, shorter name, run by the same code with the same options.
 job = click.Command(

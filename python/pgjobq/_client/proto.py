@@ -30,11 +30,12 @@ from psycopg.rows import class_row, tuple_row
 from psycopg.types.json import JsonbLoader, JsonLoader
 
 from pgjobq._errors import IncompatibleExtension, InvalidArgument, translate
-from pgjobq._job import Job
+from pgjobq._job import Job, ParentResult
 
 __all__ = [
     "DEFAULT_LEASE_TIMEOUT",
     "DONE_CHANNEL",
+    "DURABLE_VERSION",
     "FINISHED",
     "POLL_FIRST",
     "POLL_MAX",
@@ -53,10 +54,12 @@ __all__ = [
     "QueueSettings",
     "QueueStats",
     "Schedule",
+    "Step",
     "check_task",
     "dump_json",
     "dump_payload",
     "dump_payloads",
+    "durable_needed",
     "extension_needed",
     "fail_for_good_needed",
     "json_loaders_needed",
@@ -278,6 +281,24 @@ class retention_needed(extension_needed):
         )
 
 
+DURABLE_VERSION = "0.11.0"
+"""The first extension version with durable execution: steps, durable sleeps, signals, held jobs
+(enqueue's hold, jobq.unhold) and progress."""
+
+
+class durable_needed(extension_needed):
+    """Around a call of durable execution (signal, unhold, steps, enqueue with hold): the error of a
+    database whose extension predates it (0.10.0 has no jobq.signal, jobq.unhold or jobq.steps, and its
+    jobq.enqueue no hold) becomes IncompatibleExtension, saying what needs 0.11.0.
+
+    ``needed`` False (an enqueue without hold: the statement every supported version takes) leaves every
+    error as it is.
+    """
+
+    def __init__(self, what: str, lacking: str, needed: bool = True) -> None:
+        super().__init__(needed, what, lacking, DURABLE_VERSION)
+
+
 def dump_payload(payload: Mapping[str, Any], argument: str = "payload") -> str:
     """payload as JSON text; InvalidArgument, before any SQL, unless jsonb can store it unchanged.
 
@@ -415,6 +436,15 @@ def _moment(name: str, value: object) -> datetime | None:
             "(the database would read it in its own TimeZone)"
         )
     return value
+
+
+def _when(name: str, value: object) -> datetime:
+    """A timezone-aware datetime, as _moment checks it, not None."""
+    if value is None:
+        raise InvalidArgument(f"{name} must be a datetime, got None")
+    moment = _moment(name, value)
+    assert moment is not None
+    return moment
 
 
 def _timedelta(name: str, value: object) -> timedelta:
@@ -633,6 +663,18 @@ class JobState:
     is set once the job is done, failed or cancelled; cancel_requested once
     cancel() asked its worker to stop.  depends_on: the ids of the job's
     parents (None: it has none).  task: the job's task (None: a plain job).
+
+    Durable execution (extension 0.11.0; None on 0.10.0): steps, each
+    recorded step's name and result (its sleeps and waits for a signal
+    too), and step_attempts, the attempt that recorded each (None: the job
+    recorded none; :func:`pgjobq.steps` lists them in order, with their
+    kind); progress, the latest value the job reported (None: none);
+    waiting_for, what a job that is neither running nor finished waits for:
+    ``{"hold": True}`` (enqueued with hold, until unhold),
+    ``{"signal": key, "timeout_at": ...}`` (until signal(key), or the
+    timeout: an ISO 8601 text, None for none), ``{"parents": [ids]}`` (the
+    parents not ended yet) or ``{"sleep": name, "until": ...}`` (a durable
+    sleep); None for any other job.
     """
 
     id: int
@@ -648,6 +690,11 @@ class JobState:
     cancel_requested: bool
     depends_on: list[int] | None = None  # 0.7.0: a default, so that a JobState made as in 0.6.0 still is one
     task: str | None = None  # 0.9.0: the job's task (None: a plain job, or an extension before 0.9.0)
+    # 0.11.0, durable execution (None on 0.10.0)
+    steps: dict[str, Any] | None = None
+    step_attempts: dict[str, int] | None = None
+    progress: Any = None
+    waiting_for: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:
@@ -657,6 +704,23 @@ class JobState:
 
 FINISHED = frozenset({"done", "failed", "cancelled"})
 """The statuses a job ends in."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step a job recorded, as jobq.steps reports it (extension 0.11.0).
+
+    kind is "step" (``job.step``: result is what the step returned), "sleep"
+    (``job.sleep``: result ``{"until": ...}``, the sleep's end as ISO 8601
+    text) or "signal" (``job.await_signal``: result ``{"payload": ...}``, or
+    ``{"timed_out": True}``).  attempt: the attempt that recorded it.
+    """
+
+    name: str
+    kind: str
+    result: Any
+    attempt: int
+    recorded_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -726,14 +790,14 @@ def _id_set(rows: list[tuple[Any, ...]]) -> set[int]:
 
 
 # Claimed rows have Job's fields in order (queries.sql's claim): id, queue, payload, priority, attempts,
-# max_attempts, lease, the lease's length, the time runnable, headers (NULL: {}), and from extension 0.9.0
-# task.  Each is read by its position, so that a column added or left out shows as a failing test, not
-# as a value in the wrong field.
+# max_attempts, lease, the lease's length, the time runnable, headers (NULL: {}), task (extension 0.9.0)
+# and control (its bit 64: the job recorded steps, extension 0.11.0).  Each is read by its position, so
+# that a column added or left out shows as a failing test, not as a value in the wrong field.
 
 
 def jobs(rows: list[tuple[Any, ...]]) -> list[Job]:
     """Rows of claim or claim_any (extension 0.9.0: with task, the last column) as Jobs."""
-    return [Job(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9] or {}, r[10]) for r in rows]
+    return [Job(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9] or {}, r[10], r[11]) for r in rows]
 
 
 def acknowledged_and_claimed(rows: list[tuple[Any, ...]]) -> tuple[set[int], list[Job]]:
@@ -745,7 +809,9 @@ def acknowledged_and_claimed(rows: list[tuple[Any, ...]]) -> tuple[set[int], lis
         if r[0] == "done":
             acknowledged.add(r[1])
         else:
-            claimed.append(Job(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10] or {}, r[11]))
+            claimed.append(
+                Job(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10] or {}, r[11], r[12])
+            )
     return acknowledged, claimed
 
 
@@ -800,13 +866,15 @@ def enqueue_checked(
     depends_on: Sequence[int] | None,
     on_parent_failure: str,
     task: str | None = None,
+    hold: bool = False,
 ) -> dict[str, Any]:
     """enqueue's own arguments, checked (the options, with the headers to store, come in enqueue_call).
 
     A task is among the params only when given, so that a job without one is
-    enqueued by the statement an extension before 0.9.0 takes.
+    enqueued by the statement an extension before 0.9.0 takes; likewise hold
+    (extension 0.11.0) only when True.
     """
-    params = {
+    params: dict[str, Any] = {
         "queue": _text("queue", queue),
         "payload": dump_payload(payload),
         "unique_key": _optional(_text, "unique_key", unique_key),
@@ -816,17 +884,22 @@ def enqueue_checked(
     }
     if task is not None:
         params["task"] = check_task(task)
+    if _flag("hold", hold):
+        params["hold"] = True
     return params
 
 
 def enqueue_call(params: Mapping[str, Any], **options: Any) -> Call[int | None]:
     """The enqueue of enqueue_checked's params with the options of _enqueue_options (headers: those to
-    store, as the trace's Sending gave them); enqueue_task when params hold a task."""
+    store, as the trace's Sending gave them); enqueue_task when params hold a task; enqueue_held when
+    they hold hold (its task, when none, NULL)."""
 
     def decode(rows: list[tuple[Any, ...]]) -> int | None:
         job_id = rows[0][0]
         return None if job_id is None else int(job_id)
 
+    if "hold" in params:
+        return Call("enqueue_held", {"task": None, **params, **_enqueue_options(**options)}, decode)
     name = "enqueue_task" if "task" in params else "enqueue"
     return Call(name, {**params, **_enqueue_options(**options)}, decode)
 
@@ -992,6 +1065,115 @@ def snooze(job_id: int, lease: int, delay: timedelta) -> Call[datetime | None]:
     return Call("snooze", params, _scalar)
 
 
+# -- durable execution (extension 0.11.0) -------------------------------------------------
+
+
+def _step_name(name: str, value: object) -> str:
+    """A step's name or a signal's key: 1 to 200 characters, as the database takes them."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a string, got {type(value).__name__}")
+    if not 1 <= len(value) <= 200:
+        raise InvalidArgument(f"{name} must be 1 to 200 characters, got {len(value)}")
+    return value
+
+
+def checkpoint(job_id: int, lease: int, step: str, result: object) -> Call[Any]:
+    """Record step's result (any JSON value); the result recorded (the first, when recorded before)."""
+    params = {**_held(job_id, lease), "step": _step_name("step", step), "result": dump_json(result, "result")}
+    return Call("checkpoint", params, _scalar, json=True)
+
+
+def _steps(rows: list[tuple[Any, ...]]) -> dict[str, tuple[str, Any]]:
+    return {r[0]: (r[1], r[2]) for r in rows}
+
+
+def steps(job_id: int) -> Call[dict[str, tuple[str, Any]]]:
+    """What job_id recorded: each name's kind (step, sleep, signal) and result."""
+    return Call("steps", {"id": _bigint("id", job_id)}, _steps, json=True)
+
+
+def sleep(job_id: int, lease: int, step: str, delay: timedelta) -> Call[bool]:
+    """A durable sleep of delay (or of what the first call recorded): whether it is over."""
+    params = {**_held(job_id, lease), "step": _step_name("name", step), "delay": _timedelta("delay", delay)}
+    return Call("sleep", params, _scalar)
+
+
+def sleep_until(job_id: int, lease: int, step: str, until: datetime) -> Call[bool]:
+    """A durable sleep until until (or what the first call recorded): whether it is over."""
+    params = {**_held(job_id, lease), "step": _step_name("name", step), "until": _when("until", until)}
+    return Call("sleep_until", params, _scalar)
+
+
+def _awaited(rows: list[tuple[Any, ...]]) -> tuple[bool, Any]:
+    parked, payload = rows[0]
+    return bool(parked), payload
+
+
+def await_signal(job_id: int, lease: int, key: str, timeout: timedelta | None) -> Call[tuple[bool, Any]]:
+    """Whether the job was parked to wait for key's signal, and the payload when it was not."""
+    params = {
+        **_held(job_id, lease),
+        "key": _step_name("key", key),
+        "timeout": _optional(_timedelta, "timeout", timeout),
+    }
+    return Call("await_signal", params, _awaited, json=True)
+
+
+def progress(job_id: int, lease: int, value: object) -> Call[datetime]:
+    """Store value (any JSON value) as the running job's latest progress; when."""
+    params = {**_held(job_id, lease), "progress": dump_json(value, "progress")}
+    return Call("progress", params, _scalar)
+
+
+# -- durable execution, the client's side (extension 0.11.0): signals, held jobs, steps ----------------
+
+
+def signal(key: str, payload: object, keep: timedelta) -> Call[int]:
+    """jobq.signal: how many waiting jobs the signal key (payload: any JSON value) released."""
+    params = {
+        "key": _step_name("key", key),
+        "payload": dump_json(payload, "payload"),
+        "keep": _timedelta("keep", keep),
+    }
+    return Call("signal", params, _int)
+
+
+def unhold(ids: Iterable[int]) -> Call[int]:
+    """jobq.unhold: how many of the held jobs ids it released."""
+    return Call("unhold", {"ids": [_bigint("ids[]", i) for i in _many("ids", ids)]}, _int)
+
+
+def job_steps(job_id: int) -> Call[list[Step]]:
+    """jobq.steps of job_id, for the client's steps() (the worker reads them with steps)."""
+    return Call("job_steps", {"id": _bigint("id", job_id)}, _all, class_row(Step), json=True)
+
+
+def fan_out(
+    job_id: int, lease: int, step: str, children: Sequence[Mapping[str, Any]], then: Mapping[str, Any] | None
+) -> Call[list[int]]:
+    """The running job enqueues children and a continuation after them, recorded as step: their ids."""
+    if isinstance(children, (str, bytes, Mapping)) or not isinstance(children, Sequence):
+        raise InvalidArgument(f"children must be a list of mappings, got {type(children).__name__}")
+    if then is not None and not isinstance(then, Mapping):
+        raise InvalidArgument(f"then must be a mapping or None, got {type(then).__name__}")
+    params = {
+        **_held(job_id, lease),
+        "step": _step_name("name", step),
+        "children": dump_json(list(children), "children"),
+        "continuation": None if then is None else dump_json(then, "then"),
+    }
+    return Call("fan_out", params, _scalar)
+
+
+def _parents(rows: list[tuple[Any, ...]]) -> list[ParentResult]:
+    return [ParentResult(r[0], r[1], r[2]) for r in rows]
+
+
+def parent_results(job_id: int) -> Call[list[ParentResult]]:
+    """The job's parents, in the order enqueued, with their status and result."""
+    return Call("parent_results", {"id": _bigint("id", job_id)}, _parents, json=True)
+
+
 def heartbeat(job_id: int, lease: int) -> Call[None]:
     return Call("heartbeat", _held(job_id, lease), _nothing)
 
@@ -1017,7 +1199,7 @@ def reap(stale: timedelta | None) -> Call[list[tuple[int, str, str]]]:
 
 def worker_reap(query: str, every: timedelta) -> Call[list[tuple[int, str, str]]]:
     """A Worker's reap every ``every`` (the query its extension version offers: reap_spaced, which a
-    fleet runs about once per interval, or reap_each)."""
+    fleet runs about once per interval)."""
     return Call(query, {"every": every}, _reaped)
 
 
@@ -1035,9 +1217,7 @@ def register_waiter(queue: str, worker: str, up_to: timedelta) -> Call[tuple[boo
         "worker": _text("worker", worker),
         "up_to": _timedelta("up_to", up_to),
     }
-    # the old name, which every supported version has (0.9.0 only it; 0.10.0 both): the client does not
-    # know the database's version, the worker does (pgjobq._worker.steps.FEATURES)
-    return Call("wait", params, _registered)
+    return Call("register_waiter", params, _registered)
 
 
 def channel(queue: str) -> Call[str]:

@@ -37,6 +37,7 @@ from pgjobq._client.proto import (
     QueueSettings,
     QueueStats,
     Schedule,
+    Step,
     json_loaders_needed,
     translated,
     use_json_loaders,
@@ -58,6 +59,7 @@ __all__ = [
     "QueueSettings",
     "QueueStats",
     "Schedule",
+    "Step",
     "cancel",
     "channel",
     "claim",
@@ -85,9 +87,12 @@ __all__ = [
     "retry_failed",
     "schedule",
     "schedules",
+    "signal",
     "snooze",
     "stats",
+    "steps",
     "tick",
+    "unhold",
     "unschedule",
     "wait",
     "watch",
@@ -132,6 +137,7 @@ def enqueue(
     depends_on: Sequence[int] | None = ...,
     on_parent_failure: OnParentFailure = ...,
     task: str | None = ...,
+    hold: bool = ...,
 ) -> int: ...
 @overload
 def enqueue(
@@ -150,6 +156,7 @@ def enqueue(
     depends_on: Sequence[int] | None = ...,
     on_parent_failure: OnParentFailure = ...,
     task: str | None = ...,
+    hold: bool = ...,
 ) -> int | None: ...
 def enqueue(
     conn: Conn,
@@ -167,6 +174,7 @@ def enqueue(
     depends_on: Sequence[int] | None = None,
     on_parent_failure: OnParentFailure = "cancel",
     task: str | None = None,
+    hold: bool = False,
 ) -> int | None:
     """Enqueue one job in conn's current transaction; return its id.
 
@@ -200,6 +208,12 @@ def enqueue(
     extension 0.9.0: on an older one a call with a task raises
     IncompatibleExtension (one without keeps working).
 
+    hold: the job is enqueued waiting (status "waiting", never claimed, no
+    worker woken) until :func:`unhold` releases it; it cannot have a
+    unique_key, concurrency_key or depends_on (InvalidArgument, from the
+    database).  Held jobs need extension 0.11.0: on 0.10.0 hold=True raises
+    IncompatibleExtension (hold=False, the default, keeps working).
+
     Arguments of the wrong type and payloads or headers jsonb cannot store
     raise InvalidArgument before any SQL is sent; the values' domains are
     the database's to judge.
@@ -212,8 +226,13 @@ def enqueue(
         depends_on=depends_on,
         on_parent_failure=on_parent_failure,
         task=task,
+        hold=hold,
     )
-    with _tracing.send(params["queue"], headers) as sending, proto.tasks_needed(task is not None):
+    with (
+        _tracing.send(params["queue"], headers) as sending,
+        proto.tasks_needed(task is not None),
+        proto.durable_needed("held jobs need", "this database's jobq.enqueue takes no hold", hold is True),
+    ):
         job_id = _run(
             conn,
             proto.enqueue_call(
@@ -439,6 +458,41 @@ def snooze(conn: Conn, job_id: int, lease: int, delay: timedelta) -> datetime | 
     complete (LeaseLost, JobNotFound).
     """
     return _run(conn, proto.snooze(job_id, lease, delay))
+
+
+def signal(conn: Conn, key: str, payload: Any = None, *, keep: timedelta = timedelta(days=7)) -> int:
+    """Send the signal key (1 to 200 characters); return how many waiting jobs it released.
+
+    Every job waiting for key (``job.await_signal(key)``) becomes queued,
+    and its wait returns payload (any JSON value; None: JSON null) when it
+    runs again.  The first signal of a key wins: it is kept for keep (0 to
+    10 years) for the jobs that await key later, which get its payload at
+    once; a later signal of the same key changes nothing and returns 0.
+    In conn's current transaction, like enqueue: the jobs are released when
+    it commits.  Needs extension 0.11.0 (IncompatibleExtension on an older
+    one).
+    """
+    call = proto.signal(key, payload, keep)
+    with proto.durable_needed("signals need", "this database has no jobq.signal"):
+        return _run(conn, call)
+
+
+def unhold(conn: Conn, ids: Iterable[int]) -> int:
+    """Release held jobs (enqueued with hold=True): each becomes queued, runnable at its run_at; return how
+    many it released.  The ids of jobs that are not held (unknown, released already, cancelled) are left
+    alone.  Needs extension 0.11.0 (IncompatibleExtension on an older one)."""
+    call = proto.unhold(ids)
+    with proto.durable_needed("held jobs need", "this database has no jobq.unhold"):
+        return _run(conn, call)
+
+
+def steps(conn: Conn, job_id: int) -> list[Step]:
+    """The steps the job recorded (``job.step``), its durable sleeps and the outcomes of its waits for a
+    signal, oldest first; JobNotFound when there is no such job.  Readable by the roles that may call
+    job().  Needs extension 0.11.0 (IncompatibleExtension on an older one)."""
+    call = proto.job_steps(job_id)
+    with proto.durable_needed("steps need", "this database has no jobq.steps"):
+        return _run(conn, call)
 
 
 def heartbeat(conn: Conn, job_id: int, lease: int) -> None:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pgjobq._errors import Discard, Retry, Snooze, first_line
+from pgjobq._errors import Discard, Retry, Snooze, Suspended, first_line
 from pgjobq._job import Job
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ __all__ = ["arguments", "run", "run_async"]
 logger = logging.getLogger("pgjobq.tasks")
 
 # Raised by a task to settle its job itself: never judged by retry_on.
-_SETTLING = (Snooze, Retry, Discard)
+_SETTLING = (Snooze, Retry, Discard, Suspended)
 
 
 def arguments(task: Task[..., Any], job: Job) -> dict[str, Any]:

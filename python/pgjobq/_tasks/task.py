@@ -70,6 +70,7 @@ class EnqueueOptions:
     concurrency_key: str | None = None
     depends_on: Sequence[int] | None = None
     on_parent_failure: OnParentFailure = "cancel"
+    hold: bool = False  # extension 0.11.0
 
 
 # The options of one job that enqueue_many cannot apply to many (it takes unique_keys and
@@ -79,6 +80,7 @@ _ONE_JOB_ONLY = {
     "concurrency_key": None,
     "depends_on": None,
     "on_parent_failure": "cancel",
+    "hold": False,
 }
 
 
@@ -222,6 +224,7 @@ class Task(Generic[P, R]):
         concurrency_key: str | _Keep | None = KEEP,
         depends_on: Sequence[int] | _Keep | None = KEEP,
         on_parent_failure: OnParentFailure | _Keep = KEEP,
+        hold: bool | _Keep = KEEP,
     ) -> Task[P, R]:
         """A copy of this task that enqueues with these options (the others kept); this one is unchanged.
 
@@ -232,7 +235,8 @@ class Task(Generic[P, R]):
         holder's id), "raise" or "replace", each of which gives a job id;
         "skip" is refused (InvalidArgument): enqueue the task with
         ``pgjobq.enqueue(conn, queue, payload, task=name, on_conflict="skip")``,
-        which may return None.  The copy runs as the task it came from::
+        which may return None.  hold=True enqueues the jobs held until
+        :func:`pgjobq.unhold` (extension 0.11.0).  The copy runs as the task it came from::
 
             send_welcome.with_options(run_at=tomorrow, unique_key="user-7").enqueue(conn, user_id=7)
         """
@@ -249,6 +253,7 @@ class Task(Generic[P, R]):
                 ("concurrency_key", concurrency_key),
                 ("depends_on", depends_on),
                 ("on_parent_failure", on_parent_failure),
+                ("hold", hold),
             )
             if value is not KEEP
         }
@@ -303,7 +308,8 @@ class Task(Generic[P, R]):
             if getattr(self._options, name) != unset:
                 raise InvalidArgument(
                     f"{name} (with_options) applies to one job: enqueue_many takes unique_keys and "
-                    "concurrency_keys aligned with its arguments, and enqueues no job with parents"
+                    "concurrency_keys aligned with its arguments, and enqueues no job with parents "
+                    "and no held job"
                 )
         return self._options
 
@@ -332,6 +338,7 @@ class Task(Generic[P, R]):
             depends_on=o.depends_on,
             on_parent_failure=o.on_parent_failure,
             task=self.name,
+            hold=o.hold,
         )
         return job_id
 
@@ -353,6 +360,7 @@ class Task(Generic[P, R]):
             depends_on=o.depends_on,
             on_parent_failure=o.on_parent_failure,
             task=self.name,
+            hold=o.hold,
         )
         return job_id
 

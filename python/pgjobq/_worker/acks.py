@@ -37,6 +37,7 @@ from pgjobq._errors import (
     LeaseLost,
     Retry,
     Snooze,
+    Suspended,
     UnknownTask,
     first_line,
 )
@@ -148,6 +149,11 @@ def report(job: Job, error: BaseException, *, fail_for_good: bool = False, hand_
     it has jobq.hand_back (both from 0.9.0; the defaults are 0.8.0's).
     """
     fields = log_fields(job)
+    if isinstance(error, Suspended):
+        # job.sleep or job.await_signal gave the job back in the database (extension 0.11.0): its
+        # lease is spent, its attempt given back; nothing is left to report
+        logger.info("job %d suspended, attempt %d given back: %s", job.id, job.attempts, error, extra=fields)
+        return "snoozed"
     if job._lease_presumed_lost() and not isinstance(error, Snooze):
         # The worker asked the handler to stop (or not to start) because it could not reach the database
         # to extend the lease: the attempt is not the job's to count.  Handed back: queued again with the

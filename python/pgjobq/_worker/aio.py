@@ -56,7 +56,7 @@ from pgjobq import _tracing, aio
 from pgjobq._client.proto import Call
 from pgjobq._errors import first_line
 from pgjobq._job import CURRENT_JOB, Job
-from pgjobq._worker import acks, connections, signals
+from pgjobq._worker import acks, connections, durable, signals
 from pgjobq._worker.backoff import Backoff
 from pgjobq._worker.listen import cancel_ids, listen_statement, unlisten_statement
 from pgjobq._worker.settings import TaskRegistry, WorkerSettings, check_worker_arguments
@@ -129,6 +129,9 @@ class AsyncWorker:
         self._tasks: dict[int, asyncio.Task[None]] = {}  # the running jobs' tasks
         self._reconnecting = False
         self._poll_only = False
+        # The handlers' durable calls (job.step, ...), on connections of their own (made in run(): the loop).
+        self._shelf = durable.AsyncShelf(lambda: self._open("steps"), aio._run)
+        self._durable: durable.OnLoop | None = None
 
     # -- public API -----------------------------------------------------------
 
@@ -171,6 +174,7 @@ class AsyncWorker:
         self._stopped = asyncio.Event()
         self._stop_changed = asyncio.Event()
         self._woken = asyncio.Event()
+        self._durable = durable.OnLoop(self._shelf.run, self._loop)
         if self._stop_requests:
             self._stopped.set()
         restore = signals.install_on_loop(self._loop, self._on_signal) if install_signal_handlers else None
@@ -187,6 +191,7 @@ class AsyncWorker:
             if self._tasks:
                 await asyncio.gather(*self._tasks.values(), return_exceptions=True)
             await self._disconnect()
+            await self._shelf.close()
             if self._pool is not None:
                 self._pool.shutdown(wait=not self.abandoned, cancel_futures=True)
             if restore is not None:
@@ -314,6 +319,7 @@ class AsyncWorker:
         """One job's task: run its handler (CURRENT_JOB set to the job in the task's own context), then
         record its outcome in hand."""
         core = self._core
+        object.__setattr__(job, "_durable", self._durable)  # frozen: the durable calls (job.step, ...)
         token = CURRENT_JOB.set(job)
         try:
             with _tracing.process(job, self.settings.name):

@@ -180,7 +180,7 @@ def report_lost(due: Iterable[Job], beat: Beat, still: set[int]) -> list[Job]:
     for job in due:
         if job.id in beat.newly_overdue:
             warn_overdue(job)
-        if job.id not in beat.held and job.id in still:
+        if job.id not in beat.held and job.id in still and not job._suspended:
             if job._cancel_is_set():
                 logger.info("job %d: lease %d void (cancelled meanwhile?)", job.id, job.lease,
                             extra=log_fields(job))  # fmt: skip

@@ -77,7 +77,7 @@ def warn_not_delivered(channels: Sequence[str], poll_interval: float) -> None:
 
 
 def warn_wait_refused(reason: str, poll_interval: float) -> None:
-    """Says that the registration as waiting (jobq.register_waiter; jobq.wait on extension 0.9.0) was
+    """Says that the registration as waiting (jobq.register_waiter) was
     refused to the worker's role: it does not register, and mostly polls."""
     logger.warning(
         "not registering as waiting: jobq.register_waiter was refused to this worker's role (%s); enqueues "

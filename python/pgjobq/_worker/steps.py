@@ -197,9 +197,9 @@ async def adrive(step: Generator[Q, Any, R], serve: Callable[[Q], Awaitable[Any]
 @dataclass(frozen=True, slots=True)
 class Features:
     """What one extension version offers the worker: its claim statements (queries.sql) and the
-    decoders of their rows, whether jobq.fail takes retry => false and jobq.hand_back exists, and the
-    statements that register the worker as waiting on one queue and on several (wait, register_waiter),
-    and its reap (reap_spaced: a fleet reaps about once per reap_interval, not once per worker)."""
+    decoders of their rows, whether jobq.fail takes retry => false and jobq.hand_back exists, the
+    statements that register the worker as waiting on one queue and on several, and its reap
+    (reap_spaced: a fleet reaps about once per reap_interval, not once per worker)."""
 
     version: str
     claim: str
@@ -215,8 +215,8 @@ class Features:
 
 
 FEATURES: dict[str, Features] = {
-    "0.9.0": Features(
-        "0.9.0",
+    "0.10.0": Features(
+        "0.10.0",
         "claim",
         "claim_any",
         "complete_and_claim",
@@ -224,13 +224,9 @@ FEATURES: dict[str, Features] = {
         proto.acknowledged_and_claimed,
         fail_for_good=True,
         hand_back=True,
-        # 0.9.0's name of jobq.register_waiter (deprecated in 0.10.0, gone in 0.11.0)
-        register_waiter="wait",
-        register_waiter_any="wait_any",
-        reap="reap_each",  # no at_most_every before 0.10.0
     ),
-    "0.10.0": Features(
-        "0.10.0",
+    "0.11.0": Features(
+        "0.11.0",
         "claim",
         "claim_any",
         "complete_and_claim",

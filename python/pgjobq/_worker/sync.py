@@ -147,7 +147,7 @@ from pgjobq._client.proto import Call
 from pgjobq._errors import ConfigurationError, first_line
 from pgjobq._install.check import check_extension
 from pgjobq._job import CURRENT_JOB, Job
-from pgjobq._worker import acks, connections, signals
+from pgjobq._worker import acks, connections, durable, signals
 from pgjobq._worker.backoff import Backoff
 from pgjobq._worker.listen import CANCEL_CHECK, cancel_ids, listen_statement, unlisten_statement
 from pgjobq._worker.settings import TaskRegistry, WorkerSettings, check_worker_arguments
@@ -164,7 +164,7 @@ Handler = Callable[[Job], object]
 Connect = Callable[[], psycopg.Connection[Any]]
 
 
-def _call(handler: Handler, job: Job, worker: str) -> str | None:
+def _call(handler: Handler, job: Job, worker: str, runs: durable.Durable) -> str | None:
     """Run handler on job, CURRENT_JOB set to it; return its result as JSON text (None: it returned None,
     no result).
 
@@ -176,6 +176,7 @@ def _call(handler: Handler, job: Job, worker: str) -> str | None:
     them), fails the job with InvalidArgument naming its type, rather than
     completing it without its result (pgjobq._worker.acks.encode_result).
     """
+    object.__setattr__(job, "_durable", runs)  # frozen: the durable calls (job.step, ...) go through runs
     token = CURRENT_JOB.set(job)
     try:
         with _tracing.process(job, worker):
@@ -258,6 +259,9 @@ class Worker:
         self._returned = threading.Event()  # a handler thread recorded an outcome (concurrency > 1)
         self._next_listen_check = 0.0  # when to look for cancel notifications next, while handlers run
         self._poll_only = False  # the LISTEN probe failed on this connection: poll until reconnected
+        # The handlers' durable calls (job.step, ...), on connections of their own, opened when first needed.
+        self._shelf = durable.Shelf(lambda: self._open("steps"))
+        self._durable = durable.Durable(self._shelf.run)
 
     # -- public API -----------------------------------------------------------
 
@@ -298,6 +302,7 @@ class Worker:
             if self._pool is not None:
                 self._pool.shutdown(wait=not self.abandoned, cancel_futures=True)
             self._disconnect()
+            self._shelf.close()
             if restore_signals is not None:
                 restore_signals()
         logger.info("worker %s stopped after %d jobs", self.settings.name, self.processed)
@@ -446,7 +451,7 @@ class Worker:
                 core.observers.started(job, core.timing.start(job, time.perf_counter()))
             self._in_handler = True
             try:
-                result = _call(self.handler, job, self._name)
+                result = _call(self.handler, job, self._name, self._durable)
             except _GiveUp:
                 raise  # a second signal: the job stays in hand, running, to be abandoned
             except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
@@ -464,7 +469,7 @@ class Worker:
     def _run_handler(self, job: Job) -> None:
         """Runs on a handler thread: records the handler's outcome in hand, and wakes the loop."""
         try:
-            result = _call(self.handler, job, self._name)
+            result = _call(self.handler, job, self._name, self._durable)
         except BaseException as exc:  # a handler's SystemExit fails its job, not the worker
             error: BaseException | None = exc
             result = None

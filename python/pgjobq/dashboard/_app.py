@@ -27,7 +27,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from pgjobq._client.proto import TASKS_VERSION
+from pgjobq._client.proto import DURABLE_VERSION, TASKS_VERSION
 from pgjobq._errors import IncompatibleExtension
 from pgjobq.dashboard._queries import query
 from pgjobq.dashboard._sampler import Sampler
@@ -100,6 +100,8 @@ def _templates() -> Jinja2Templates:
     env.filters["pretty"] = _pretty
     env.filters["number"] = _number
     env.filters["last_line"] = _last_line
+    env.filters["waits"] = _waits
+    env.filters["compact"] = _compact
     return Jinja2Templates(env=env)
 
 
@@ -146,6 +148,37 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
+def _compact(value: Any, limit: int = 200) -> str:
+    """value as JSON on one line, cut to limit characters."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _json_moment(value: Any) -> str:
+    """A moment of jobq.job's waiting_for (ISO 8601 text) as the pages show moments; else the text."""
+    try:
+        return _when(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return str(value)
+
+
+def _waits(value: Mapping[str, Any] | None) -> str:
+    """What a job waits for (jobq.job's waiting_for, extension 0.11.0) in words; "—" for nothing."""
+    if not value:
+        return "—"
+    if value.get("hold"):
+        return "held: until released (unhold)"
+    if "signal" in value:
+        timeout = value.get("timeout_at")
+        until = f"until {_json_moment(timeout)}" if timeout is not None else "no timeout"
+        return f"signal {value['signal']} ({until})"
+    if "sleep" in value:
+        return f"sleep {value['sleep']} until {_json_moment(value.get('until'))}"
+    if "parents" in value:
+        return "parents " + ", ".join(str(parent) for parent in value["parents"])
+    return _compact(value)
+
+
 def _state(request: Request) -> Dashboard:
     dashboard: Dashboard = request.app.state.dashboard
     return dashboard
@@ -173,6 +206,15 @@ def _has_tasks(version: str | None) -> bool:
     """Whether the jobs of an extension at version have a task (0.9.0 on); False for an unreadable one."""
     try:
         return version is not None and _numbers(version) >= _numbers(TASKS_VERSION)
+    except ValueError:
+        return False
+
+
+def _has_durable(version: str | None) -> bool:
+    """Whether an extension at version has durable execution: held jobs, sleeps, signals, steps and
+    progress (0.11.0 on); False for an unreadable one."""
+    try:
+        return version is not None and _numbers(version) >= _numbers(DURABLE_VERSION)
     except ValueError:
         return False
 
@@ -206,6 +248,7 @@ async def _render(
             "role": who["role"],
             "version": who["version"],
             "tasks": _has_tasks(who["version"]),  # the jobs have a task: shown, and a filter
+            "durable": _has_durable(who["version"]),  # held, sleeping and signal-waiting jobs, steps
             "admin": bool(who["admin"]),
             "allow_actions": dashboard.allow_actions,
             "actions": dashboard.allow_actions and bool(who["admin"]),
@@ -366,13 +409,26 @@ async def jobs_page(request: Request) -> Response:
 async def job_page(request: Request) -> Response:
     dashboard = _state(request)
     job_id = int(request.path_params["job_id"])
+    who = await _who(dashboard)
     try:
         rows = await _fetch(dashboard, "job", {"id": job_id})
+        # its steps (extension 0.11.0 on): none to ask an older one for
+        steps = await _fetch(dashboard, "job_steps", {"id": job_id}) if _has_durable(who["version"]) else []
     except psycopg.Error as exc:
         if exc.sqlstate == "JQ002":
             raise HttpProblem(404, f"no job has id {job_id}") from None
         raise
-    return await _render(request, "job.html", {"job": rows[0]})
+    return await _render(request, "job.html", {"job": rows[0], "steps": steps}, who=who)
+
+
+async def waiting_page(request: Request) -> Response:
+    """The jobs that wait without a worker: held, waiting for a signal, sleeping (extension 0.11.0 on)."""
+    dashboard = _state(request)
+    who = await _who(dashboard)
+    rows = (
+        await _fetch(dashboard, "waiting_jobs", {"limit": PAGE_SIZE}) if _has_durable(who["version"]) else []
+    )
+    return await _render(request, "waiting.html", {"jobs": rows, "durable_since": DURABLE_VERSION}, who=who)
 
 
 async def schedules_page(request: Request) -> Response:
@@ -553,6 +609,7 @@ def create_app(
         Route("/", queues_page),
         Route("/jobs", jobs_page),
         Route("/jobs/{job_id:int}", job_page),
+        Route("/waiting", waiting_page),
         Route("/schedules", schedules_page),
         Route("/api/queues", queues_json),
         Route("/api/history", history_json),

@@ -141,12 +141,15 @@ SELECT j.id, j.queue, j.status, j.priority, j.attempts, j.run_at, j.created_at, 
 
 -- name: job
 -- one job: its public state (jobq.job, with depends_on and, from 0.9.0 on,
--- task), and what only the table has: payload, headers, lease, keys, and its
--- parents' and dependents' statuses (at most 100 dependents).  The task is
--- read from the state as JSON, by name, so that this one statement serves
--- 0.8.0 too (NULL there), at the cost of one row's conversion
+-- task; from 0.11.0 on, its latest progress and what it waits for), and
+-- what only the table has: payload, headers, lease, keys, and its parents'
+-- and dependents' statuses (at most 100 dependents).  The task, progress
+-- and waiting_for are read from the state as JSON, by name, so that this
+-- one statement serves 0.8.0 too (NULL there), at the cost of one row's
+-- conversion
 SELECT s.id, s.queue, s.status, s.attempts, s.max_attempts, s.result, s.last_error, s.run_at,
        s.created_at, s.finished_at, s.cancel_requested, s.depends_on, to_jsonb(s) ->> 'task' AS task,
+       to_jsonb(s) -> 'progress' AS progress, to_jsonb(s) -> 'waiting_for' AS waiting_for,
        j.payload, j.headers, j.priority, j.locked_by, j.locked_at, j.lease_expires_at, j.lease,
        (SELECT k.concurrency_key FROM jobq.concurrency_keys AS k WHERE k.id = j.id) AS concurrency_key,
        (SELECT u.unique_key FROM jobq.unique_keys AS u WHERE u.job_id = j.id LIMIT 1) AS unique_key,
@@ -158,6 +161,35 @@ SELECT s.id, s.queue, s.status, s.attempts, s.max_attempts, s.result, s.last_err
           JOIN jobq.jobs AS c ON c.id = dc.child) AS dependents
   FROM jobq.job(%(id)s) AS s
   JOIN jobq.jobs AS j ON j.id = s.id
+
+-- name: job_steps
+-- a job's steps, sleeps and waits for a signal, oldest first (extension
+-- 0.11.0 on: the page asks only there)
+SELECT t.name, t.kind, t.result, t.attempt, t.recorded_at FROM jobq.steps(%(id)s) AS t
+
+-- name: waiting_jobs
+-- the jobs that wait without a worker (extension 0.11.0 on), newest first:
+-- held ones (enqueued with hold, until jobq.unhold: control bit 128), those
+-- waiting for a signal (jobq.signal_waits) and those in a durable sleep
+-- (queued until its end: control bit 64, run_at ahead), at most %(limit)s of
+-- each kind, with what each waits for and its latest progress as jobq.job
+-- tells them.  Held and sleeping jobs are found by a backward walk of the
+-- primary key (bounded by LIMIT and the statement_timeout, as the jobs
+-- page's status filter); the waits for a signal are a small table of their own
+SELECT j.id, j.queue, j.task, j.status, j.run_at, j.created_at, s.waiting_for, s.progress
+  FROM ((SELECT h.id FROM jobq.jobs AS h
+          WHERE h.status = 'waiting' AND h.control & 128 <> 0
+          ORDER BY h.id DESC LIMIT %(limit)s)
+        UNION
+        (SELECT w.id FROM jobq.signal_waits AS w ORDER BY w.id DESC LIMIT %(limit)s)
+        UNION
+        (SELECT q.id FROM jobq.jobs AS q
+          WHERE q.status = 'queued' AND q.control & 64 <> 0 AND q.run_at > now()
+          ORDER BY q.id DESC LIMIT %(limit)s)) AS c
+  JOIN jobq.jobs AS j ON j.id = c.id
+ CROSS JOIN LATERAL jobq.job(j.id) AS s
+ WHERE s.waiting_for IS NOT NULL
+ ORDER BY j.id DESC
 
 -- name: schedules
 -- every schedule with its next three occurrences after now (the view gives

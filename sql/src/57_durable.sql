@@ -1,0 +1,858 @@
+----------------------------------------------------------------------------
+-- Durable execution (0.11.0): steps a job records as it goes, so that a run
+-- after a crash, a retry or a pause goes on after them; sleeps and waits for
+-- a signal that give the job back instead of holding a worker; held jobs;
+-- progress.  Every write of a running job presents its lease, so a worker
+-- whose lease was reaped (a zombie) cannot record a step.
+--
+-- Only the jobs that use it pay: a job that recorded a step or awaits a
+-- signal carries control bit 64, which tells its worker (claim returns the
+-- column) that it has steps to read, and tells jobq._delete_rows that it has
+-- rows here; a held job carries bit 128.  Nothing here is read by claim,
+-- complete or enqueue of a plain job.
+--
+-- States: a sleeping job is queued, with run_at at the end of its sleep; a
+-- job that awaits a signal, and a held job, is waiting (outside the claim
+-- index, like a job whose parents have not ended), until jobq.signal,
+-- jobq.tick (the timeout) or jobq.unhold makes it queued.  Parking spends no
+-- attempt.
+----------------------------------------------------------------------------
+
+-- One row per step a job recorded: its name, what kind of step, its
+-- result, and the attempt that recorded it.  Kept until the job is deleted
+-- (jobq.purge, retention).
+CREATE TABLE jobq.job_steps (
+    id          bigint      NOT NULL,
+    name        text        NOT NULL,
+    kind        text        NOT NULL,
+    result      jsonb       NOT NULL,
+    attempt     integer     NOT NULL,
+    recorded_at timestamptz NOT NULL,
+    CONSTRAINT job_steps_pkey PRIMARY KEY (id, name)
+);
+COMMENT ON TABLE jobq.job_steps IS
+    'Durable execution: the steps each job recorded (jobq.checkpoint), its sleeps (jobq.sleep) and the outcomes of its waits for a signal (jobq.await_signal). One namespace per job.';
+COMMENT ON COLUMN jobq.job_steps.id IS 'The job (jobq.jobs.id).';
+COMMENT ON COLUMN jobq.job_steps.name IS 'The step''s name, unique within the job; for a wait, the signal''s key.';
+COMMENT ON COLUMN jobq.job_steps.kind IS 'step (jobq.checkpoint), sleep (jobq.sleep: result {"until": ...}), signal (jobq.await_signal: result {"payload": ...} or {"timed_out": true}) or fan_out (jobq.fan_out: result, the ids enqueued).';
+COMMENT ON COLUMN jobq.job_steps.result IS 'What the step returned: any JSON value of at most 1 MiB.';
+COMMENT ON COLUMN jobq.job_steps.attempt IS 'The attempt (jobq.jobs.attempts) that recorded it.';
+COMMENT ON COLUMN jobq.job_steps.recorded_at IS 'When it was recorded.';
+SELECT pg_catalog.pg_extension_config_dump('jobq.job_steps', '');
+REVOKE ALL ON TABLE jobq.job_steps FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.job_steps TO @extowner@;
+
+-- One row per signal key sent (payload set) or awaited and not sent yet
+-- (payload NULL).  The row is what a signal and an await of one key take
+-- turns on: each writes it (INSERT ... ON CONFLICT DO UPDATE) before it
+-- looks for the other's rows, so neither misses the other (the isolation
+-- spec signal_vs_await).  A signal is kept until expires_at (the keep of
+-- jobq.signal, 7 days by default) for awaits that come later; a key awaited
+-- and never sent, until its last wait's timeout.  jobq.tick deletes the
+-- rows past expires_at.
+CREATE TABLE jobq.signals (
+    key          text        NOT NULL,
+    payload      jsonb,
+    signalled_at timestamptz,
+    expires_at   timestamptz,
+    CONSTRAINT signals_pkey PRIMARY KEY (key)
+);
+CREATE INDEX signals_expires_idx ON jobq.signals (expires_at);
+COMMENT ON INDEX jobq.signals_expires_idx IS 'The signals jobq.tick deletes: those past expires_at.';
+COMMENT ON TABLE jobq.signals IS
+    'Signals by key: the first jobq.signal of a key (payload, kept until expires_at for awaits that come later), or a key awaited and not sent yet (payload NULL).';
+COMMENT ON COLUMN jobq.signals.key IS 'The key, 1 to 200 characters.';
+COMMENT ON COLUMN jobq.signals.payload IS 'The first signal''s payload (any JSON value); NULL: awaited, not sent yet.';
+COMMENT ON COLUMN jobq.signals.signalled_at IS 'When the first signal was sent; NULL: not sent yet.';
+COMMENT ON COLUMN jobq.signals.expires_at IS 'jobq.tick deletes the row after it: a signal''s keep, or an unsent key''s last timeout; NULL: never (awaited without a timeout).';
+SELECT pg_catalog.pg_extension_config_dump('jobq.signals', '');
+REVOKE ALL ON TABLE jobq.signals FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.signals TO @extowner@;
+
+-- One row per job waiting for a signal: the key and when it stops waiting.
+CREATE TABLE jobq.signal_waits (
+    id         bigint      NOT NULL,
+    key        text        NOT NULL,
+    timeout_at timestamptz,
+    CONSTRAINT signal_waits_pkey PRIMARY KEY (id)
+);
+CREATE INDEX signal_waits_key_idx ON jobq.signal_waits (key);
+CREATE INDEX signal_waits_timeout_idx ON jobq.signal_waits (timeout_at) WHERE timeout_at IS NOT NULL;
+COMMENT ON INDEX jobq.signal_waits_key_idx IS 'The jobs a signal releases.';
+COMMENT ON INDEX jobq.signal_waits_timeout_idx IS 'The waits jobq.tick ends at their timeout.';
+COMMENT ON TABLE jobq.signal_waits IS 'The jobs waiting for a signal (jobq.await_signal): the key, and the end of the wait.';
+COMMENT ON COLUMN jobq.signal_waits.id IS 'The waiting job (jobq.jobs.id).';
+COMMENT ON COLUMN jobq.signal_waits.key IS 'The signal''s key.';
+COMMENT ON COLUMN jobq.signal_waits.timeout_at IS 'When the wait ends without the signal (jobq.tick); NULL: never.';
+SELECT pg_catalog.pg_extension_config_dump('jobq.signal_waits', '');
+REVOKE ALL ON TABLE jobq.signal_waits FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.signal_waits TO @extowner@;
+
+-- One row per job that reported progress: the latest report.  A table of
+-- its own, so that a report writes one small row and never a new version
+-- of the job's row (which every index of jobq.jobs would see).
+CREATE TABLE jobq.job_progress (
+    id         bigint      NOT NULL,
+    progress   jsonb       NOT NULL,
+    updated_at timestamptz NOT NULL,
+    CONSTRAINT job_progress_pkey PRIMARY KEY (id)
+);
+COMMENT ON TABLE jobq.job_progress IS 'The latest progress each job reported (jobq.progress).';
+COMMENT ON COLUMN jobq.job_progress.id IS 'The job (jobq.jobs.id).';
+COMMENT ON COLUMN jobq.job_progress.progress IS 'Any JSON value of at most 1 MiB.';
+COMMENT ON COLUMN jobq.job_progress.updated_at IS 'When it was reported.';
+SELECT pg_catalog.pg_extension_config_dump('jobq.job_progress', '');
+REVOKE ALL ON TABLE jobq.job_progress FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE jobq.job_progress TO @extowner@;
+
+/*
+ * jobq._check_name(name, argument): returns nothing; raises 22004 for NULL
+ * and 22023 unless name is 1 to 200 characters.  argument names the
+ * caller's argument (step, key) in the message.
+ */
+CREATE FUNCTION jobq._check_name(name text, argument text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF name IS NULL THEN
+        RAISE EXCEPTION '% must not be NULL', argument USING ERRCODE = '22004';
+    END IF;
+    IF length(name) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION '% must be 1 to 200 characters, got %', argument, length(name) USING ERRCODE = '22023';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq._check_name(text, text) IS 'Internal: raises 22004 or 22023 unless a step name or signal key is 1 to 200 characters.';
+REVOKE ALL ON FUNCTION jobq._check_name(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._check_name(text, text) TO @extowner@;
+
+/*
+ * jobq._hold_running(id, lease): the job's attempts, after locking its row
+ * (FOR NO KEY UPDATE: a reaper, a cancel or another call of this job's
+ * worker waits) and marking it durable (control bit 64), when it is running
+ * under lease.  Raises JQ002 (no such job) or JQ001 (the lease is not
+ * current, or the job is not running) otherwise.  The fence of every
+ * function here that a running job calls.
+ */
+CREATE FUNCTION jobq._hold_running(id bigint, lease bigint)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    attempt integer;
+    bits    smallint;
+BEGIN
+    SELECT j.attempts, j.control INTO attempt, bits
+      FROM jobq.jobs AS j
+     WHERE j.id = _hold_running.id AND j.lease = _hold_running.lease AND j.status = 'running'
+       FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        PERFORM jobq._raise_not_held(_hold_running.id, _hold_running.lease);
+    END IF;
+    IF coalesce(bits & 64, 0) = 0 THEN  -- the first step: one new version of the row, once
+        UPDATE jobq.jobs AS j SET control = coalesce(j.control, 0) | 64 WHERE j.id = _hold_running.id;
+    END IF;
+    RETURN attempt;
+END
+$$;
+COMMENT ON FUNCTION jobq._hold_running(bigint, bigint) IS
+    'Internal: lock a job running under lease and mark it durable (control bit 64); raises JQ001 or JQ002 otherwise.';
+REVOKE ALL ON FUNCTION jobq._hold_running(bigint, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._hold_running(bigint, bigint) TO @extowner@;
+
+/*
+ * jobq.checkpoint(id, lease, step, result): the step's recorded result.
+ * Records that step of the running job finished with result (any JSON
+ * value; 'null' for none), in the caller's transaction, so that the step's
+ * own writes and its record commit together.  A step recorded already (by
+ * this attempt or an earlier one) keeps its first result, which is
+ * returned.  Locks the job's row (jobq._hold_running).  Raises 22004 (NULL
+ * argument), 22023 (step not 1 to 200 characters, or the name of a sleep or
+ * a wait of the job), 54000 (result over 1 MiB), JQ002 (no such job), JQ001
+ * (the lease is not current, or the job is not running: a zombie's step is
+ * refused).
+ */
+CREATE FUNCTION jobq.checkpoint(id bigint, lease bigint, step text, result jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: workers record steps without privileges on the tables;
+-- the lease decides which jobs they may write.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    attempt  integer;
+    recorded jobq.job_steps;
+BEGIN
+    PERFORM jobq._check_lease(checkpoint.id, checkpoint.lease);
+    PERFORM jobq._check_name(checkpoint.step, 'step');
+    IF checkpoint.result IS NULL THEN
+        RAISE EXCEPTION 'result must not be NULL' USING ERRCODE = '22004',
+              HINT = 'A step without a result records ''null''::jsonb.';
+    END IF;
+    PERFORM jobq._check_result(checkpoint.result, 'result');
+    attempt := jobq._hold_running(checkpoint.id, checkpoint.lease);
+    INSERT INTO jobq.job_steps AS s (id, name, kind, result, attempt, recorded_at)
+    VALUES (checkpoint.id, checkpoint.step, 'step', checkpoint.result, attempt, statement_timestamp())
+    ON CONFLICT ON CONSTRAINT job_steps_pkey DO NOTHING;
+    IF FOUND THEN
+        RETURN checkpoint.result;
+    END IF;
+    SELECT s.* INTO recorded FROM jobq.job_steps AS s WHERE s.id = checkpoint.id AND s.name = checkpoint.step;
+    IF recorded.kind <> 'step' THEN
+        RAISE EXCEPTION 'step % of job % is a %, not a step', quote_literal(checkpoint.step), checkpoint.id,
+                        recorded.kind
+            USING ERRCODE = '22023',
+                  HINT = 'A job''s steps, sleeps and waits for a signal share one namespace: give each its own name.';
+    END IF;
+    RETURN recorded.result;
+END
+$$;
+COMMENT ON FUNCTION jobq.checkpoint(bigint, bigint, text, jsonb) IS
+    'Record that a step of a running job finished with its result, in the caller''s transaction; returns the recorded result (the first, when the step was recorded already). Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.checkpoint(bigint, bigint, text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.checkpoint(bigint, bigint, text, jsonb) TO @extowner@;
+
+/*
+ * jobq.steps(id): the steps the job recorded, its sleeps and the outcomes
+ * of its waits (jobq.job_steps), in the order they were recorded: what a
+ * worker reads when it runs a job whose control bit 64 is set.  Reads
+ * without locking.  Raises 22004 (NULL id), JQ002 (no such job).
+ */
+CREATE FUNCTION jobq.steps(id bigint)
+RETURNS TABLE (name text, kind text, result jsonb, attempt integer, recorded_at timestamptz)
+LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
+-- SECURITY DEFINER: the roles given it read a job's steps without SELECT on
+-- the tables.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF steps.id IS NULL THEN
+        RAISE EXCEPTION 'id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    RETURN QUERY
+    SELECT s.name, s.kind, s.result, s.attempt, s.recorded_at
+      FROM jobq.job_steps AS s
+     WHERE s.id = steps.id
+     ORDER BY s.recorded_at, s.name;
+    IF NOT FOUND AND NOT EXISTS (SELECT FROM jobq.jobs AS j WHERE j.id = steps.id) THEN
+        RAISE EXCEPTION 'id %: no such job', steps.id USING ERRCODE = 'JQ002';
+    END IF;
+END
+$$;
+COMMENT ON FUNCTION jobq.steps(bigint) IS
+    'The steps a job recorded (name, kind: step, sleep, signal or fan_out, result, attempt, recorded_at), oldest first. JQ002: no such job.';
+REVOKE ALL ON FUNCTION jobq.steps(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.steps(bigint) TO @extowner@;
+
+/*
+ * jobq.sleep(id, lease, step, until): true when the sleep named step is
+ * over, and the job goes on running; false when the job was given back to
+ * sleep: queued, runnable at the sleep's end, without spending an attempt,
+ * its lease spent (as by jobq.snooze; cancelled instead when a cancel was
+ * requested), and the caller stops running it.  The first call records the
+ * sleep with its end, until; later calls (the job run again, early or on
+ * time) keep that end, whatever until they give.  An end already past at
+ * the first call records the sleep and returns true.  Locks the job's row.
+ * Raises 22004 (NULL argument), 22023 (step not 1 to 200 characters or the
+ * name of another kind of step, until not finite or more than 10 years
+ * ahead), JQ002, JQ001 like jobq.checkpoint.
+ */
+CREATE FUNCTION jobq.sleep(id bigint, lease bigint, step text, until timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: like jobq.checkpoint.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    attempt  integer;
+    recorded jobq.job_steps;
+    ends     timestamptz;
+BEGIN
+    PERFORM jobq._check_lease(sleep.id, sleep.lease);
+    PERFORM jobq._check_name(sleep.step, 'step');
+    IF sleep.until IS NULL THEN
+        RAISE EXCEPTION 'until must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF NOT isfinite(sleep.until) OR sleep.until > statement_timestamp() + interval '10 years' THEN
+        RAISE EXCEPTION 'until must be a time at most 10 years ahead, got %', sleep.until USING ERRCODE = '22023';
+    END IF;
+    attempt := jobq._hold_running(sleep.id, sleep.lease);
+    INSERT INTO jobq.job_steps AS s (id, name, kind, result, attempt, recorded_at)
+    VALUES (sleep.id, sleep.step, 'sleep', jsonb_build_object('until', sleep.until), attempt, statement_timestamp())
+    ON CONFLICT ON CONSTRAINT job_steps_pkey DO NOTHING;
+    IF FOUND THEN
+        ends := sleep.until;
+    ELSE
+        SELECT s.* INTO recorded FROM jobq.job_steps AS s WHERE s.id = sleep.id AND s.name = sleep.step;
+        IF recorded.kind <> 'sleep' THEN
+            RAISE EXCEPTION 'step % of job % is a %, not a sleep', quote_literal(sleep.step), sleep.id, recorded.kind
+                USING ERRCODE = '22023',
+                      HINT = 'A job''s steps, sleeps and waits for a signal share one namespace: give each its own name.';
+        END IF;
+        ends := (recorded.result ->> 'until')::timestamptz;
+    END IF;
+    IF ends <= statement_timestamp() THEN
+        RETURN true;
+    END IF;
+    -- given back (a cancel requested: cancelled, as jobq.snooze does), runnable at ends exactly: not
+    -- through snooze's delay, ends - statement_timestamp(), which comes back in days (a day of the
+    -- session's time zone may last 23 or 25 hours) and may exceed the 3,600 days of interval '10 years'
+    IF EXISTS (SELECT FROM jobq.jobs AS j WHERE j.id = sleep.id AND j.control & 1 <> 0) THEN
+        PERFORM jobq.snooze(sleep.id, sleep.lease, interval '0');
+        RETURN false;
+    END IF;
+    UPDATE jobq.jobs AS j
+       SET status = 'queued', run_at = ends, attempts = j.attempts - 1
+     WHERE j.id = sleep.id;
+    RETURN false;
+END
+$$;
+COMMENT ON FUNCTION jobq.sleep(bigint, bigint, text, timestamptz) IS
+    'A durable sleep of a running job: true when the sleep named step is over (go on); false when the job was given back, queued until the sleep''s end (recorded by the first call), without spending an attempt. Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.sleep(bigint, bigint, text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.sleep(bigint, bigint, text, timestamptz) TO @extowner@;
+
+/*
+ * jobq.await_signal(id, lease, key, timeout): the payload of the signal
+ * key (jobq.signal) when it was sent, at once, recorded as the outcome of
+ * the job's wait for key (a step of kind signal); otherwise NULL, after
+ * parking the job: waiting, its lease spent, no attempt spent (cancelled
+ * instead when a cancel was requested), until jobq.signal(key) or, after
+ * timeout (NULL: none), jobq.tick makes it queued with that outcome, and the
+ * caller stops running it.  Run again, the job's await of key returns the
+ * outcome recorded: the payload, or JQ005 after a timeout, whatever was
+ * sent since.  Locks the job's row, then the key's row of jobq.signals
+ * (INSERT ... ON CONFLICT DO UPDATE: a signal of the key in flight is
+ * waited for; under REPEATABLE READ, one committed after the snapshot
+ * raises 40001).  Raises 22004 (NULL id, lease or key), 22023 (key not 1
+ * to 200 characters or the name of another kind of step, timeout not
+ * positive or over 10 years), JQ005 (the recorded outcome is a timeout),
+ * JQ002, JQ001 like jobq.checkpoint.
+ */
+CREATE FUNCTION jobq.await_signal(id bigint, lease bigint, key text, timeout interval DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: like jobq.checkpoint.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    attempt  integer;
+    recorded jobq.job_steps;
+    sent     jobq.signals;
+    ends     timestamptz;
+BEGIN
+    PERFORM jobq._check_lease(await_signal.id, await_signal.lease);
+    PERFORM jobq._check_name(await_signal.key, 'key');
+    IF await_signal.timeout <= interval '0' OR await_signal.timeout > interval '10 years' THEN
+        RAISE EXCEPTION 'timeout must be a positive interval of at most 10 years, got %', await_signal.timeout
+            USING ERRCODE = '22023';
+    END IF;
+    attempt := jobq._hold_running(await_signal.id, await_signal.lease);
+    SELECT s.* INTO recorded FROM jobq.job_steps AS s WHERE s.id = await_signal.id AND s.name = await_signal.key;
+    IF FOUND THEN
+        IF recorded.kind <> 'signal' THEN
+            RAISE EXCEPTION 'step % of job % is a %, not a wait for a signal', quote_literal(await_signal.key),
+                            await_signal.id, recorded.kind
+                USING ERRCODE = '22023',
+                      HINT = 'A job''s steps, sleeps and waits for a signal share one namespace: give each its own name.';
+        END IF;
+        IF recorded.result ? 'timed_out' THEN
+            RAISE EXCEPTION 'signal % did not arrive in time', quote_literal(await_signal.key)
+                USING ERRCODE = 'JQ005',
+                      DETAIL = format('Job %s stopped waiting at %s.', await_signal.id, recorded.recorded_at);
+        END IF;
+        RETURN recorded.result -> 'payload';
+    END IF;
+
+    ends := statement_timestamp() + await_signal.timeout;
+    -- the key's row, written (so locked) before the look: a signal of the
+    -- key in flight is waited for, and one that comes later waits for this
+    INSERT INTO jobq.signals AS g (key, expires_at) VALUES (await_signal.key, ends)
+    ON CONFLICT ON CONSTRAINT signals_pkey DO UPDATE
+       SET expires_at = CASE WHEN g.payload IS NOT NULL THEN g.expires_at
+                             WHEN g.expires_at IS NULL OR excluded.expires_at IS NULL THEN NULL
+                             ELSE greatest(g.expires_at, excluded.expires_at) END
+    RETURNING g.* INTO sent;
+    IF sent.signalled_at IS NOT NULL THEN
+        INSERT INTO jobq.job_steps (id, name, kind, result, attempt, recorded_at)
+        VALUES (await_signal.id, await_signal.key, 'signal', jsonb_build_object('payload', sent.payload), attempt,
+                statement_timestamp());
+        RETURN sent.payload;
+    END IF;
+
+    -- park the job (a cancel requested: cancelled, as jobq.snooze does)
+    IF EXISTS (SELECT FROM jobq.jobs AS j WHERE j.id = await_signal.id AND j.control & 1 <> 0) THEN
+        PERFORM jobq.snooze(await_signal.id, await_signal.lease, interval '0');
+        RETURN NULL;
+    END IF;
+    INSERT INTO jobq.signal_waits (id, key, timeout_at) VALUES (await_signal.id, await_signal.key, ends)
+    ON CONFLICT ON CONSTRAINT signal_waits_pkey DO UPDATE SET key = excluded.key, timeout_at = excluded.timeout_at;
+    UPDATE jobq.jobs AS j
+       SET status = 'waiting', attempts = j.attempts - 1
+     WHERE j.id = await_signal.id;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION jobq.await_signal(bigint, bigint, text, interval) IS
+    'Wait for a signal: its payload at once when it was sent; else NULL, the job parked (waiting, no worker held, no attempt spent) until jobq.signal(key) or the timeout, and run again, when this returns the payload or raises JQ005 (timed out). Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.await_signal(bigint, bigint, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.await_signal(bigint, bigint, text, interval) TO @extowner@;
+
+/*
+ * jobq.signal(key, payload, keep): how many jobs the signal released.  The
+ * first signal of key wins: it is kept for keep (default 7 days; jobq.tick
+ * deletes it then) for the jobs that await key later, each of which gets
+ * its payload at once; and every job waiting for key now becomes queued,
+ * the payload recorded as its wait's outcome, its queue notified.  A later
+ * signal of the same key changes nothing and returns 0.  Runs in the
+ * caller's transaction (a trigger may signal).  Locks the key's row of
+ * jobq.signals (waits for an await of the key in flight; under REPEATABLE
+ * READ, one committed after the snapshot raises 40001), then the rows of
+ * the jobs it releases.  Raises 22004 (NULL key, payload or keep), 22023
+ * (key not 1 to 200 characters, keep negative or over 10 years), 54000
+ * (payload over 1 MiB).
+ */
+CREATE FUNCTION jobq.signal(key text, payload jsonb DEFAULT 'null'::jsonb, keep interval DEFAULT '7 days')
+RETURNS integer
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: producers signal without privileges on the tables; a
+-- signal only releases the jobs that await its key.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    released integer;
+BEGIN
+    PERFORM jobq._check_name(signal.key, 'key');
+    IF signal.payload IS NULL THEN
+        RAISE EXCEPTION 'payload must not be NULL' USING ERRCODE = '22004',
+              HINT = 'A signal without a payload sends ''null''::jsonb (the default).';
+    END IF;
+    PERFORM jobq._check_result(signal.payload, 'payload');
+    IF signal.keep IS NULL THEN
+        RAISE EXCEPTION 'keep must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF signal.keep < interval '0' OR signal.keep > interval '10 years' THEN
+        RAISE EXCEPTION 'keep must be an interval between 0 and 10 years, got %', signal.keep
+            USING ERRCODE = '22023';
+    END IF;
+    INSERT INTO jobq.signals AS g (key, payload, signalled_at, expires_at)
+    VALUES (signal.key, signal.payload, statement_timestamp(), statement_timestamp() + signal.keep)
+    ON CONFLICT ON CONSTRAINT signals_pkey DO UPDATE
+       SET payload = excluded.payload, signalled_at = excluded.signalled_at, expires_at = excluded.expires_at
+     WHERE g.signalled_at IS NULL;
+    IF NOT FOUND THEN
+        RETURN 0;  -- sent before: the first signal wins
+    END IF;
+    -- the waits, read by a statement of its own (a snapshot taken after the
+    -- key's row was locked: every await that parked a job on it has committed)
+    WITH ended AS (
+        DELETE FROM jobq.signal_waits AS w WHERE w.key = signal.key RETURNING w.id
+    ), woken AS (
+        UPDATE jobq.jobs AS j
+           SET status = 'queued', run_at = statement_timestamp()
+          FROM ended AS e
+         WHERE j.id = e.id AND j.status = 'waiting'
+        RETURNING j.id, j.queue, j.attempts
+    ), outcomes AS (
+        INSERT INTO jobq.job_steps (id, name, kind, result, attempt, recorded_at)
+        SELECT o.id, signal.key, 'signal', jsonb_build_object('payload', signal.payload), o.attempts + 1,
+               statement_timestamp()
+          FROM woken AS o
+        ON CONFLICT ON CONSTRAINT job_steps_pkey DO NOTHING
+    ), notified AS (
+        SELECT pg_notify('jobq_' || q.queue, '') FROM (SELECT DISTINCT o.queue FROM woken AS o) AS q
+    )
+    SELECT (SELECT count(*) FROM woken)::integer INTO released
+      FROM (SELECT count(*) FROM notified) AS q;  -- notified: read for its notifications
+    RETURN released;
+END
+$$;
+COMMENT ON FUNCTION jobq.signal(text, jsonb, interval) IS
+    'Send a signal: every job waiting for key becomes queued with payload as its wait''s outcome; the first signal of a key wins and is kept for keep (default 7 days) for later awaits. Returns how many jobs it released.';
+REVOKE ALL ON FUNCTION jobq.signal(text, jsonb, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.signal(text, jsonb, interval) TO @extowner@;
+
+/*
+ * jobq._end_waits(at, max_rows): how many waits for a signal it ended at
+ * their timeout (at most max_rows, oldest timeout first): each job still
+ * waiting becomes queued, the timeout recorded as its wait's outcome
+ * ({"timed_out": true}), its queue notified.  Then deletes up to max_rows
+ * signals past their expires_at.  Called by jobq.tick.  Locks the waits
+ * and signals it deletes (FOR UPDATE SKIP LOCKED: ticks at once share the
+ * work, and a signal or an await in flight keeps its rows), and the jobs
+ * it releases.
+ */
+CREATE FUNCTION jobq._end_waits(at timestamptz, max_rows integer)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ended integer;
+BEGIN
+    WITH due AS (
+        SELECT w.id, w.key
+          FROM jobq.signal_waits AS w
+         WHERE w.timeout_at <= _end_waits.at
+         ORDER BY w.timeout_at
+         LIMIT _end_waits.max_rows
+           FOR UPDATE SKIP LOCKED
+    ), gone AS (
+        DELETE FROM jobq.signal_waits AS w USING due AS d WHERE w.id = d.id RETURNING w.id, w.key
+    ), woken AS (
+        UPDATE jobq.jobs AS j
+           SET status = 'queued', run_at = statement_timestamp()
+          FROM gone AS g
+         WHERE j.id = g.id AND j.status = 'waiting'
+        RETURNING j.id, j.queue, j.attempts, g.key
+    ), outcomes AS (
+        INSERT INTO jobq.job_steps (id, name, kind, result, attempt, recorded_at)
+        SELECT o.id, o.key, 'signal', '{"timed_out": true}'::jsonb, o.attempts + 1, statement_timestamp()
+          FROM woken AS o
+        ON CONFLICT ON CONSTRAINT job_steps_pkey DO NOTHING
+    ), notified AS (
+        SELECT pg_notify('jobq_' || q.queue, '') FROM (SELECT DISTINCT o.queue FROM woken AS o) AS q
+    )
+    SELECT (SELECT count(*) FROM gone)::integer INTO ended
+      FROM (SELECT count(*) FROM notified) AS q;  -- notified: read for its notifications
+
+    DELETE FROM jobq.signals AS g
+     WHERE g.key = ANY (ARRAY(SELECT e.key FROM jobq.signals AS e
+                               WHERE e.expires_at <= _end_waits.at
+                               ORDER BY e.expires_at
+                               LIMIT _end_waits.max_rows
+                                 FOR UPDATE SKIP LOCKED));
+    RETURN ended;
+END
+$$;
+COMMENT ON FUNCTION jobq._end_waits(timestamptz, integer) IS
+    'Internal: end the waits for a signal whose timeout passed (the jobs queued, the timeout their outcome) and delete expired signals; run by jobq.tick.';
+REVOKE ALL ON FUNCTION jobq._end_waits(timestamptz, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._end_waits(timestamptz, integer) TO @extowner@;
+
+/*
+ * jobq.fan_out(id, lease, step, children, continuation): the ids of the
+ * jobs enqueued, the children's in their order, then the continuation's.
+ * The running job enqueues children (a JSON array of 1 to 999 jobs, each
+ * an object as a step of jobq.enqueue_flow: payload, and optionally queue,
+ * task, priority, run_at, max_attempts, headers, concurrency_key,
+ * depends_on (ids), on_parent_failure; not name) and, unless continuation
+ * is NULL, one more job that depends on every child (and on what its own
+ * depends_on lists) and runs once each of them ended: with
+ * on_parent_failure 'run' unless it says 'cancel', so a failed or
+ * cancelled child does not cancel it, and jobq.parent_results gives it the
+ * children's results and statuses in their order.  Queue: each job's own,
+ * else the running job's.  The step is recorded with the ids in the same
+ * transaction, so a run of the job after a crash gets the same ids back
+ * and enqueues nothing twice.  Locks the job's row (jobq._hold_running),
+ * and what jobq.enqueue_flow locks.  Raises 22004 (NULL id, lease, step or
+ * children), 22023 (children not an array of 1 to 999 objects, a child
+ * with a name, continuation not an object or its depends_on not an
+ * array, step of another kind), JQ002, JQ001 like jobq.checkpoint, and
+ * what jobq.enqueue_flow raises (its steps[i] are children[i], and
+ * steps[N] the continuation).
+ */
+CREATE FUNCTION jobq.fan_out(id bigint, lease bigint, step text, children jsonb, continuation jsonb DEFAULT NULL)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: like jobq.checkpoint; it enqueues with jobq.enqueue_flow.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    attempt  integer;
+    recorded jobq.job_steps;
+    own      text;
+    named    jsonb;
+    ids      bigint[];
+    bad      integer;
+BEGIN
+    PERFORM jobq._check_lease(fan_out.id, fan_out.lease);
+    PERFORM jobq._check_name(fan_out.step, 'step');
+    IF fan_out.children IS NULL THEN
+        RAISE EXCEPTION 'children must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF jsonb_typeof(fan_out.children) <> 'array' OR jsonb_array_length(fan_out.children) NOT BETWEEN 1 AND 999 THEN
+        RAISE EXCEPTION 'children must be a JSON array of 1 to 999 objects, got %',
+                        CASE WHEN jsonb_typeof(fan_out.children) = 'array'
+                             THEN format('%s elements', jsonb_array_length(fan_out.children))
+                             ELSE 'a JSON ' || jsonb_typeof(fan_out.children) END
+            USING ERRCODE = '22023';
+    END IF;
+    -- the flow's names are fan_out's own: no job of it names itself, and a child depends on jobs by id
+    SELECT (c.ordinality - 1)::integer INTO bad
+      FROM jsonb_array_elements(fan_out.children) WITH ORDINALITY AS c
+     WHERE jsonb_typeof(c.value) = 'object'
+       AND (c.value ? 'name'
+            OR (jsonb_typeof(c.value -> 'depends_on') = 'array'
+                AND EXISTS (SELECT FROM jsonb_array_elements(c.value -> 'depends_on') AS d
+                             WHERE jsonb_typeof(d) <> 'number')))
+     ORDER BY c.ordinality LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'children[%] must have no name, and depend on jobs by id only', bad USING ERRCODE = '22023',
+              HINT = 'The continuation depends on every child; a child depends on existing jobs by id.';
+    END IF;
+    IF jsonb_typeof(fan_out.continuation) = 'object' AND fan_out.continuation ? 'name' THEN
+        RAISE EXCEPTION 'continuation must have no name' USING ERRCODE = '22023';
+    END IF;
+    IF fan_out.continuation IS NOT NULL AND jsonb_typeof(fan_out.continuation) <> 'object' THEN
+        RAISE EXCEPTION 'continuation must be a JSON object, got a JSON %', jsonb_typeof(fan_out.continuation)
+            USING ERRCODE = '22023';
+    END IF;
+    IF jsonb_typeof(fan_out.continuation -> 'depends_on') NOT IN ('array', 'null') THEN
+        RAISE EXCEPTION 'continuation.depends_on must be a JSON array, got a JSON %',
+                        jsonb_typeof(fan_out.continuation -> 'depends_on')
+            USING ERRCODE = '22023';
+    END IF;
+    attempt := jobq._hold_running(fan_out.id, fan_out.lease);
+    SELECT s.* INTO recorded FROM jobq.job_steps AS s WHERE s.id = fan_out.id AND s.name = fan_out.step;
+    IF FOUND THEN
+        IF recorded.kind <> 'fan_out' THEN
+            RAISE EXCEPTION 'step % of job % is a %, not a fan_out', quote_literal(fan_out.step), fan_out.id,
+                            recorded.kind
+                USING ERRCODE = '22023',
+                      HINT = 'A job''s steps, sleeps and waits for a signal share one namespace: give each its own name.';
+        END IF;
+        RETURN ARRAY(SELECT e::bigint FROM jsonb_array_elements_text(recorded.result) AS e);
+    END IF;
+
+    SELECT j.queue INTO own FROM jobq.jobs AS j WHERE j.id = fan_out.id;
+    -- the flow: the children named by position (the names are the flow's
+    -- only), then the continuation after all of them
+    named := (SELECT jsonb_agg(CASE WHEN jsonb_typeof(c.value) = 'object'
+                                    THEN c.value || jsonb_build_object('name', '#' || c.ordinality)
+                                    ELSE c.value END ORDER BY c.ordinality)
+                FROM jsonb_array_elements(fan_out.children) WITH ORDINALITY AS c);
+    IF fan_out.continuation IS NOT NULL THEN
+        named := named || jsonb_build_array(
+            jsonb_build_object('on_parent_failure', 'run')
+            || fan_out.continuation
+            || jsonb_build_object('depends_on',
+                                  (SELECT jsonb_agg('#' || n ORDER BY n)
+                                     FROM generate_series(1, jsonb_array_length(fan_out.children)) AS n)
+                                  || CASE WHEN jsonb_typeof(fan_out.continuation -> 'depends_on') = 'array'
+                                          THEN fan_out.continuation -> 'depends_on' ELSE '[]'::jsonb END));
+    END IF;
+    ids := jobq.enqueue_flow(own, named);
+    INSERT INTO jobq.job_steps (id, name, kind, result, attempt, recorded_at)
+    VALUES (fan_out.id, fan_out.step, 'fan_out', to_jsonb(ids), attempt, statement_timestamp());
+    RETURN ids;
+END
+$$;
+COMMENT ON FUNCTION jobq.fan_out(bigint, bigint, text, jsonb, jsonb) IS
+    'A running job enqueues children and one continuation that runs once every child ended (jobq.parent_results gives it their results), recorded as a step: returns the ids, the same ones when the job runs again. Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.fan_out(bigint, bigint, text, jsonb, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.fan_out(bigint, bigint, text, jsonb, jsonb) TO @extowner@;
+
+/*
+ * jobq.parent_results(id): one row per parent of the job (jobq.enqueue's
+ * depends_on, jobq.fan_out's children), in the order they were enqueued
+ * (by id): its id, status and result (NULL when it has none, or did not
+ * end done).  What a dependent's worker reads, one call for all parents.
+ * Reads without locking.  Raises 22004 (NULL id), JQ002 (no such job).
+ */
+CREATE FUNCTION jobq.parent_results(id bigint)
+RETURNS TABLE (parent bigint, status text, result jsonb)
+LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
+-- SECURITY DEFINER: the roles given it read the parents' results without
+-- SELECT on the tables (as jobq.job shows them).
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF parent_results.id IS NULL THEN
+        RAISE EXCEPTION 'id must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF NOT EXISTS (SELECT FROM jobq.jobs AS j WHERE j.id = parent_results.id) THEN
+        RAISE EXCEPTION 'id %: no such job', parent_results.id USING ERRCODE = 'JQ002';
+    END IF;
+    RETURN QUERY
+    SELECT d.parent, p.status, r.result
+      FROM jobq.job_deps AS d
+      LEFT JOIN jobq.jobs AS p ON p.id = d.parent
+      LEFT JOIN jobq.results AS r ON r.id = d.parent
+     WHERE d.child = parent_results.id
+     ORDER BY d.parent;
+END
+$$;
+COMMENT ON FUNCTION jobq.parent_results(bigint) IS
+    'The parents of a job (depends_on, or a fan_out''s children), in the order enqueued: id, status and result. JQ002: no such job.';
+REVOKE ALL ON FUNCTION jobq.parent_results(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.parent_results(bigint) TO @extowner@;
+
+/*
+ * jobq._enqueue_held(queue, payload, priority, run_at, max_attempts,
+ * headers, task, hold, other): the new job's id, for jobq.enqueue(...,
+ * hold => true): the job is inserted waiting and held (control bit 128),
+ * and no worker is woken.  other names the first option given that a held
+ * job cannot have yet (unique_key, concurrency_key, depends_on), or is
+ * NULL.  The caller checked the other arguments.  Raises 22004 (NULL hold),
+ * 22023 (other given).
+ */
+CREATE FUNCTION jobq._enqueue_held(queue text, payload jsonb, priority integer, run_at timestamptz,
+                                   max_attempts integer, headers jsonb, task text, hold boolean, other text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    new_id bigint;
+BEGIN
+    IF _enqueue_held.hold IS NULL THEN
+        RAISE EXCEPTION 'hold must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF _enqueue_held.other IS NOT NULL THEN
+        RAISE EXCEPTION 'hold cannot be combined with %', _enqueue_held.other
+            USING ERRCODE = '22023',
+                  HINT = 'Enqueue the job held without it, or without hold.';
+    END IF;
+    INSERT INTO jobq.jobs (queue, payload, status, priority, run_at, max_attempts, headers, task, control)
+    VALUES (_enqueue_held.queue, _enqueue_held.payload, 'waiting', _enqueue_held.priority, _enqueue_held.run_at,
+            _enqueue_held.max_attempts, _enqueue_held.headers, _enqueue_held.task, 128::smallint)
+    RETURNING jobq.jobs.id INTO new_id;
+    RETURN new_id;
+END
+$$;
+COMMENT ON FUNCTION jobq._enqueue_held(text, jsonb, integer, timestamptz, integer, jsonb, text, boolean, text) IS
+    'Internal: insert a held job (waiting, control bit 128) for jobq.enqueue(..., hold => true).';
+REVOKE ALL ON FUNCTION jobq._enqueue_held(text, jsonb, integer, timestamptz, integer, jsonb, text, boolean, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._enqueue_held(text, jsonb, integer, timestamptz, integer, jsonb, text, boolean, text) TO @extowner@;
+
+/*
+ * jobq.unhold(ids): how many of the held jobs ids it released: each becomes
+ * queued (runnable at its run_at), its queue notified.  Jobs of ids that
+ * are not held (unknown, released already, cancelled) are left alone.
+ * Locks the rows it changes.  Raises 22004 (NULL ids), 22023 (ids
+ * multidimensional or holding NULL).
+ */
+CREATE FUNCTION jobq.unhold(ids bigint[])
+RETURNS integer
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: producers release the jobs they held without UPDATE on
+-- jobq.jobs; it changes only held jobs.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    released integer;
+BEGIN
+    IF unhold.ids IS NULL THEN
+        RAISE EXCEPTION 'ids must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF array_ndims(unhold.ids) > 1 THEN
+        RAISE EXCEPTION 'ids must be a one-dimensional array, got % dimensions', array_ndims(unhold.ids)
+            USING ERRCODE = '22023';
+    END IF;
+    IF array_position(unhold.ids, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'ids must not contain NULL, found one at ids[%]', array_position(unhold.ids, NULL)
+            USING ERRCODE = '22023';
+    END IF;
+    WITH woken AS (
+        UPDATE jobq.jobs AS j
+           SET status = 'queued', control = nullif(j.control & ~128::smallint, 0::smallint)
+         WHERE j.id = ANY (unhold.ids) AND j.status = 'waiting' AND j.control & 128 <> 0
+        RETURNING j.queue
+    ), notified AS (
+        SELECT pg_notify('jobq_' || q.queue, '') FROM (SELECT DISTINCT o.queue FROM woken AS o) AS q
+    )
+    SELECT (SELECT count(*) FROM woken)::integer INTO released
+      FROM (SELECT count(*) FROM notified) AS q;  -- notified: read for its notifications
+    RETURN released;
+END
+$$;
+COMMENT ON FUNCTION jobq.unhold(bigint[]) IS
+    'Release held jobs (enqueued with hold => true): each becomes queued. Returns how many it released.';
+REVOKE ALL ON FUNCTION jobq.unhold(bigint[]) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.unhold(bigint[]) TO @extowner@;
+
+/*
+ * jobq.progress(id, lease, progress): when it was stored.  Stores progress
+ * (any JSON value) as the running job's latest, readable in jobq.job; one
+ * row per job, replaced by each report.  Locks the job's row FOR SHARE
+ * (the fence: a reaper taking the job waits, and a report after it is
+ * refused), then writes the report's row.  Raises 22004 (NULL argument),
+ * 54000 (progress over 1 MiB), JQ002, JQ001 like jobq.checkpoint.
+ */
+CREATE FUNCTION jobq.progress(id bigint, lease bigint, progress jsonb)
+RETURNS timestamptz
+LANGUAGE plpgsql VOLATILE CALLED ON NULL INPUT
+-- SECURITY DEFINER: like jobq.checkpoint.
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM jobq._check_lease(progress.id, progress.lease);
+    IF progress.progress IS NULL THEN
+        RAISE EXCEPTION 'progress must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    PERFORM jobq._check_result(progress.progress, 'progress');
+    PERFORM FROM jobq.jobs AS j
+     WHERE j.id = progress.id AND j.lease = progress.lease AND j.status = 'running'
+       FOR SHARE;
+    IF NOT FOUND THEN
+        PERFORM jobq._raise_not_held(progress.id, progress.lease);
+    END IF;
+    INSERT INTO jobq.job_progress AS p (id, progress, updated_at)
+    VALUES (progress.id, progress.progress, statement_timestamp())
+    ON CONFLICT ON CONSTRAINT job_progress_pkey DO UPDATE
+       SET progress = excluded.progress, updated_at = excluded.updated_at;
+    RETURN statement_timestamp();
+END
+$$;
+COMMENT ON FUNCTION jobq.progress(bigint, bigint, jsonb) IS
+    'Store a running job''s latest progress (any JSON value), shown by jobq.job; returns when. Refuses a stale lease with JQ001.';
+REVOKE ALL ON FUNCTION jobq.progress(bigint, bigint, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq.progress(bigint, bigint, jsonb) TO @extowner@;
+
+/*
+ * jobq._waiting_for(id, status, control, run_at): what a job that is not
+ * running waits for, as JSON, for jobq.job: {"hold": true} (held),
+ * {"signal": key, "timeout_at": ...} (a wait for a signal), {"parents":
+ * [ids]} (the parents not ended yet), {"sleep": name, "until": ...} (a
+ * sleep not over); NULL for anything else.  Reads without locking.
+ */
+CREATE FUNCTION jobq._waiting_for(id bigint, status text, control smallint, run_at timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE CALLED ON NULL INPUT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    found_ jsonb;
+BEGIN
+    IF _waiting_for.status = 'waiting' THEN
+        IF _waiting_for.control & 128 <> 0 THEN
+            RETURN '{"hold": true}'::jsonb;
+        END IF;
+        SELECT jsonb_build_object('signal', w.key, 'timeout_at', w.timeout_at) INTO found_
+          FROM jobq.signal_waits AS w WHERE w.id = _waiting_for.id;
+        IF FOUND THEN
+            RETURN found_;
+        END IF;
+        IF _waiting_for.control & 32 <> 0 THEN
+            RETURN jsonb_build_object('parents', ARRAY(SELECT d.parent FROM jobq.job_deps AS d
+                                                       WHERE d.child = _waiting_for.id AND NOT d.settled
+                                                       ORDER BY d.parent));
+        END IF;
+    ELSIF _waiting_for.status = 'queued' AND _waiting_for.control & 64 <> 0
+          AND _waiting_for.run_at > statement_timestamp() THEN
+        SELECT jsonb_build_object('sleep', s.name, 'until', s.result -> 'until') INTO found_
+          FROM jobq.job_steps AS s
+         WHERE s.id = _waiting_for.id AND s.kind = 'sleep'
+           AND (s.result ->> 'until')::timestamptz = _waiting_for.run_at;
+        RETURN found_;
+    END IF;
+    RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION jobq._waiting_for(bigint, text, smallint, timestamptz) IS
+    'Internal: what a held, waiting or sleeping job waits for, as JSON, for jobq.job.';
+REVOKE ALL ON FUNCTION jobq._waiting_for(bigint, text, smallint, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._waiting_for(bigint, text, smallint, timestamptz) TO @extowner@;
