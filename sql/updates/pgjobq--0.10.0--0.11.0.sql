@@ -143,6 +143,29 @@ REVOKE ALL ON FUNCTION jobq._check_name(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq._check_name(text, text) TO @extowner@;
 
 /*
+ * jobq._raise_other_kind(id, name, kind, wanted): never returns.  A call
+ * of the job id wanted a step of kind wanted named name, and the job has
+ * one of kind kind by that name: raises 22023 saying so (a job's steps,
+ * sleeps, waits and fan-outs share one namespace).
+ */
+CREATE FUNCTION jobq._raise_other_kind(id bigint, name text, kind text, wanted text)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RAISE EXCEPTION 'step % of job % is a %, not a %', quote_literal(name), id, kind,
+                    CASE wanted WHEN 'signal' THEN 'wait for a signal' ELSE wanted END
+        USING ERRCODE = '22023',
+              HINT = 'A job''s steps, sleeps and waits for a signal share one namespace: give each its own name.';
+END
+$$;
+COMMENT ON FUNCTION jobq._raise_other_kind(bigint, text, text, text) IS
+    'Internal: raises 22023 for a step name that a step of another kind of the job has.';
+REVOKE ALL ON FUNCTION jobq._raise_other_kind(bigint, text, text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._raise_other_kind(bigint, text, text, text) TO @extowner@;
+
+/*
  * jobq._hold_running(id, lease): the job's attempts, after locking its row
  * (FOR NO KEY UPDATE: a reaper, a cancel or another call of this job's
  * worker waits) and marking it durable (control bit 64), when it is running
@@ -217,10 +240,7 @@ BEGIN
     END IF;
     SELECT s.* INTO recorded FROM jobq.job_steps AS s WHERE s.id = checkpoint.id AND s.name = checkpoint.step;
     IF recorded.kind <> 'step' THEN
-        RAISE EXCEPTION 'step % of job % is a %, not a step', quote_literal(checkpoint.step), checkpoint.id,
-                        recorded.kind
-            USING ERRCODE = '22023',
-                  HINT = 'A job''s steps, sleeps and waits for a signal share one namespace: give each its own name.';
+        PERFORM jobq._raise_other_kind(checkpoint.id, recorded.name, recorded.kind, 'step');
     END IF;
     RETURN recorded.result;
 END
@@ -305,9 +325,7 @@ BEGIN
     ELSE
         SELECT s.* INTO recorded FROM jobq.job_steps AS s WHERE s.id = sleep.id AND s.name = sleep.step;
         IF recorded.kind <> 'sleep' THEN
-            RAISE EXCEPTION 'step % of job % is a %, not a sleep', quote_literal(sleep.step), sleep.id, recorded.kind
-                USING ERRCODE = '22023',
-                      HINT = 'A job''s steps, sleeps and waits for a signal share one namespace: give each its own name.';
+            PERFORM jobq._raise_other_kind(sleep.id, recorded.name, recorded.kind, 'sleep');
         END IF;
         ends := (recorded.result ->> 'until')::timestamptz;
     END IF;
@@ -372,10 +390,7 @@ BEGIN
     SELECT s.* INTO recorded FROM jobq.job_steps AS s WHERE s.id = await_signal.id AND s.name = await_signal.key;
     IF FOUND THEN
         IF recorded.kind <> 'signal' THEN
-            RAISE EXCEPTION 'step % of job % is a %, not a wait for a signal', quote_literal(await_signal.key),
-                            await_signal.id, recorded.kind
-                USING ERRCODE = '22023',
-                      HINT = 'A job''s steps, sleeps and waits for a signal share one namespace: give each its own name.';
+            PERFORM jobq._raise_other_kind(await_signal.id, recorded.name, recorded.kind, 'signal');
         END IF;
         IF recorded.result ? 'timed_out' THEN
             RAISE EXCEPTION 'signal % did not arrive in time', quote_literal(await_signal.key)
@@ -418,6 +433,45 @@ COMMENT ON FUNCTION jobq.await_signal(bigint, bigint, text, interval) IS
     'Wait for a signal: its payload at once when it was sent; else NULL, the job parked (waiting, no worker held, no attempt spent) until jobq.signal(key) or the timeout, and run again, when this returns the payload or raises JQ005 (timed out). Refuses a stale lease with JQ001.';
 REVOKE ALL ON FUNCTION jobq.await_signal(bigint, bigint, text, interval) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION jobq.await_signal(bigint, bigint, text, interval) TO @extowner@;
+
+/*
+ * jobq._wake(ids, key, outcome): how many of the jobs ids, whose waits for
+ * the signal key were just deleted, it released: each still waiting (not
+ * cancelled meanwhile) becomes queued, runnable now, with outcome recorded
+ * as its wait's (a step of kind signal named key, for the attempt that
+ * awaited), and its queue is notified.  Called by jobq.signal and
+ * jobq._end_waits.  Locks the rows of the jobs it releases.
+ */
+CREATE FUNCTION jobq._wake(ids bigint[], key text, outcome jsonb)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    woken_count integer;
+BEGIN
+    WITH woken AS (
+        UPDATE jobq.jobs AS j
+           SET status = 'queued', run_at = statement_timestamp()
+         WHERE j.id = ANY (_wake.ids) AND j.status = 'waiting'
+        RETURNING j.id, j.queue, j.attempts
+    ), outcomes AS (
+        INSERT INTO jobq.job_steps (id, name, kind, result, attempt, recorded_at)
+        SELECT o.id, _wake.key, 'signal', _wake.outcome, o.attempts + 1, statement_timestamp()
+          FROM woken AS o
+        ON CONFLICT ON CONSTRAINT job_steps_pkey DO NOTHING
+    ), notified AS (
+        SELECT pg_notify('jobq_' || q.queue, '') FROM (SELECT DISTINCT o.queue FROM woken AS o) AS q
+    )
+    SELECT (SELECT count(*) FROM woken)::integer INTO woken_count
+      FROM (SELECT count(*) FROM notified) AS q;  -- notified: read for its notifications
+    RETURN woken_count;
+END
+$$;
+COMMENT ON FUNCTION jobq._wake(bigint[], text, jsonb) IS
+    'Internal: release the jobs whose waits for a signal ended (queued, the outcome recorded, their queues notified); returns how many.';
+REVOKE ALL ON FUNCTION jobq._wake(bigint[], text, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION jobq._wake(bigint[], text, jsonb) TO @extowner@;
 
 /*
  * jobq.signal(key, payload, keep): how many jobs the signal released.  The
@@ -469,23 +523,10 @@ BEGIN
     -- key's row was locked: every await that parked a job on it has committed)
     WITH ended AS (
         DELETE FROM jobq.signal_waits AS w WHERE w.key = signal.key RETURNING w.id
-    ), woken AS (
-        UPDATE jobq.jobs AS j
-           SET status = 'queued', run_at = statement_timestamp()
-          FROM ended AS e
-         WHERE j.id = e.id AND j.status = 'waiting'
-        RETURNING j.id, j.queue, j.attempts
-    ), outcomes AS (
-        INSERT INTO jobq.job_steps (id, name, kind, result, attempt, recorded_at)
-        SELECT o.id, signal.key, 'signal', jsonb_build_object('payload', signal.payload), o.attempts + 1,
-               statement_timestamp()
-          FROM woken AS o
-        ON CONFLICT ON CONSTRAINT job_steps_pkey DO NOTHING
-    ), notified AS (
-        SELECT pg_notify('jobq_' || q.queue, '') FROM (SELECT DISTINCT o.queue FROM woken AS o) AS q
     )
-    SELECT (SELECT count(*) FROM woken)::integer INTO released
-      FROM (SELECT count(*) FROM notified) AS q;  -- notified: read for its notifications
+    SELECT jobq._wake(coalesce(array_agg(e.id), '{}'), signal.key, jsonb_build_object('payload', signal.payload))
+      INTO released
+      FROM ended AS e;
     RETURN released;
 END
 $$;
@@ -510,33 +551,25 @@ LANGUAGE plpgsql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    ended integer;
+    due   record;
+    ended integer := 0;
 BEGIN
-    WITH due AS (
-        SELECT w.id, w.key
-          FROM jobq.signal_waits AS w
-         WHERE w.timeout_at <= _end_waits.at
-         ORDER BY w.timeout_at
-         LIMIT _end_waits.max_rows
-           FOR UPDATE SKIP LOCKED
-    ), gone AS (
-        DELETE FROM jobq.signal_waits AS w USING due AS d WHERE w.id = d.id RETURNING w.id, w.key
-    ), woken AS (
-        UPDATE jobq.jobs AS j
-           SET status = 'queued', run_at = statement_timestamp()
-          FROM gone AS g
-         WHERE j.id = g.id AND j.status = 'waiting'
-        RETURNING j.id, j.queue, j.attempts, g.key
-    ), outcomes AS (
-        INSERT INTO jobq.job_steps (id, name, kind, result, attempt, recorded_at)
-        SELECT o.id, o.key, 'signal', '{"timed_out": true}'::jsonb, o.attempts + 1, statement_timestamp()
-          FROM woken AS o
-        ON CONFLICT ON CONSTRAINT job_steps_pkey DO NOTHING
-    ), notified AS (
-        SELECT pg_notify('jobq_' || q.queue, '') FROM (SELECT DISTINCT o.queue FROM woken AS o) AS q
-    )
-    SELECT (SELECT count(*) FROM gone)::integer INTO ended
-      FROM (SELECT count(*) FROM notified) AS q;  -- notified: read for its notifications
+    FOR due IN
+        WITH gone AS (
+            DELETE FROM jobq.signal_waits AS w
+             WHERE w.id = ANY (ARRAY(SELECT t.id
+                                       FROM jobq.signal_waits AS t
+                                      WHERE t.timeout_at <= _end_waits.at
+                                      ORDER BY t.timeout_at
+                                      LIMIT _end_waits.max_rows
+                                        FOR UPDATE SKIP LOCKED))
+            RETURNING w.id, w.key
+        )
+        SELECT g.key, array_agg(g.id) AS ids FROM gone AS g GROUP BY g.key
+    LOOP
+        PERFORM jobq._wake(due.ids, due.key, '{"timed_out": true}'::jsonb);
+        ended := ended + cardinality(due.ids);
+    END LOOP;
 
     DELETE FROM jobq.signals AS g
      WHERE g.key = ANY (ARRAY(SELECT e.key FROM jobq.signals AS e
@@ -630,10 +663,7 @@ BEGIN
     SELECT s.* INTO recorded FROM jobq.job_steps AS s WHERE s.id = fan_out.id AND s.name = fan_out.step;
     IF FOUND THEN
         IF recorded.kind <> 'fan_out' THEN
-            RAISE EXCEPTION 'step % of job % is a %, not a fan_out', quote_literal(fan_out.step), fan_out.id,
-                            recorded.kind
-                USING ERRCODE = '22023',
-                      HINT = 'A job''s steps, sleeps and waits for a signal share one namespace: give each its own name.';
+            PERFORM jobq._raise_other_kind(fan_out.id, recorded.name, recorded.kind, 'fan_out');
         END IF;
         RETURN ARRAY(SELECT e::bigint FROM jsonb_array_elements_text(recorded.result) AS e);
     END IF;

@@ -1,4 +1,5 @@
-"""Durable execution in a handler: ``job.step``, ``job.sleep``, ``job.await_signal`` and ``job.progress``.
+"""Durable execution in a handler: ``job.step``, ``job.sleep``, ``job.await_signal``, ``job.progress``,
+``job.fan_out`` and ``job.parent_results``.
 
 A handler calls these from its own thread (the Worker's handler threads,
 the AsyncWorker's executor) or from its coroutine (the AsyncWorker), while
@@ -8,8 +9,10 @@ for the next (a :class:`Shelf`, one per worker), each call a statement of
 its own in autocommit: a step is recorded when job.step returns.
 
 The logic is written once, as generators that yield the Calls they need
-(as the worker core's steps do: pgjobq._worker.steps), and driven by
-:class:`Durable` on a thread, or awaited by :class:`AsyncDurable`.  The
+(as the worker core's steps do, and driven by the same drive and adrive of
+pgjobq._worker.steps): by :class:`Durable` on a thread, awaited by
+:class:`AsyncDurable`, and by :class:`OnLoop`, the AsyncWorker's, which
+picks one of the two by the thread it is called from.  The
 recorded steps of a job whose claim says it has some (control bit 64) are
 read once, at its first step, and kept on the job for the run; a job with
 none pays nothing for them.
@@ -32,15 +35,12 @@ from pgjobq._client import sync as client
 from pgjobq._client.proto import Call
 from pgjobq._errors import IncompatibleExtension, InvalidArgument, Suspended, _delay
 from pgjobq._job import Job, Seconds
+from pgjobq._worker.steps import adrive, drive
 
 __all__ = ["AsyncDurable", "AsyncShelf", "Durable", "OnLoop", "Shelf"]
 
 R = TypeVar("R")
 Flow = Generator[Call[Any], Any, R]
-
-# A job's recorded steps (name -> (kind, result)) and how many sleeps this run has named itself.
-_RECORDED = "_recorded"
-_SLEEPS = "_sleeps"
 
 
 def _recorded(job: Job) -> Flow[dict[str, tuple[str, Any]]]:
@@ -48,7 +48,7 @@ def _recorded(job: Job) -> Flow[dict[str, tuple[str, Any]]]:
     recorded: dict[str, tuple[str, Any]] | None = job._recorded
     if recorded is None:
         recorded = (yield proto.steps(job.id)) if job._control and job._control & 64 else {}
-        object.__setattr__(job, _RECORDED, recorded)
+        object.__setattr__(job, "_recorded", recorded)  # frozen: kept for the run
     assert recorded is not None
     return recorded
 
@@ -79,7 +79,7 @@ def _record(job: Job, name: str, value: object) -> Flow[Any]:
 def _sleep(job: Job, delay: Seconds | None, until: datetime | None, name: str | None) -> Flow[None]:
     if name is None:
         count = job._sleeps + 1
-        object.__setattr__(job, _SLEEPS, count)
+        object.__setattr__(job, "_sleeps", count)
         name = f"sleep:{count}"
     if until is None:
         call = proto.sleep(job.id, job.lease, name, _delay("duration", delay))
@@ -111,24 +111,6 @@ def _fan_out(job: Job, children: Sequence[Mapping[str, Any]], then: Mapping[str,
     return ids
 
 
-def _drive(flow: Flow[R], run: Callable[[Call[Any]], Any]) -> R:
-    try:
-        call = next(flow)
-        while True:
-            call = flow.send(run(call))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-async def _adrive(flow: Flow[R], run: Callable[[Call[Any]], Awaitable[Any]]) -> R:
-    try:
-        call = next(flow)
-        while True:
-            call = flow.send(await run(call))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
 class Durable:
     """The durable calls of jobs whose handler runs on a thread: each call runs there, blocking."""
 
@@ -137,23 +119,23 @@ class Durable:
 
     def step(self, job: Job, name: str, fn: Callable[..., Any], args: tuple[Any, ...],
              kwargs: Mapping[str, Any]) -> Any:  # fmt: skip
-        done, result = _drive(_replayed(job, name, "step"), self._run)
+        done, result = drive(_replayed(job, name, "step"), self._run)
         if done:
             return result
-        return _drive(_record(job, name, fn(*args, **kwargs)), self._run)
+        return drive(_record(job, name, fn(*args, **kwargs)), self._run)
 
     def sleep(self, job: Job, delay: Seconds | None, until: datetime | None, name: str | None) -> Any:
-        return _drive(_sleep(job, delay, until, name), self._run)
+        return drive(_sleep(job, delay, until, name), self._run)
 
     def await_signal(self, job: Job, key: str, timeout: Seconds | None) -> Any:
-        return _drive(_await_signal(job, key, timeout), self._run)
+        return drive(_await_signal(job, key, timeout), self._run)
 
     def progress(self, job: Job, value: object) -> Any:
         self._run(proto.progress(job.id, job.lease, value))
 
     def fan_out(self, job: Job, children: Sequence[Mapping[str, Any]], then: Mapping[str, Any] | None,
                 name: str | None) -> Any:  # fmt: skip
-        return _drive(_fan_out(job, children, then, name), self._run)
+        return drive(_fan_out(job, children, then, name), self._run)
 
     def parent_results(self, job: Job) -> Any:
         return self._run(proto.parent_results(job.id))
@@ -171,26 +153,26 @@ class AsyncDurable:
 
     async def _step(self, job: Job, name: str, fn: Callable[..., Any], args: tuple[Any, ...],
                     kwargs: Mapping[str, Any]) -> Any:  # fmt: skip
-        done, result = await _adrive(_replayed(job, name, "step"), self._run)
+        done, result = await adrive(_replayed(job, name, "step"), self._run)
         if done:
             return result
         value = fn(*args, **kwargs)
         if inspect.isawaitable(value):
             value = await value
-        return await _adrive(_record(job, name, value), self._run)
+        return await adrive(_record(job, name, value), self._run)
 
     def sleep(self, job: Job, delay: Seconds | None, until: datetime | None, name: str | None) -> Any:
-        return _adrive(_sleep(job, delay, until, name), self._run)
+        return adrive(_sleep(job, delay, until, name), self._run)
 
     def await_signal(self, job: Job, key: str, timeout: Seconds | None) -> Any:
-        return _adrive(_await_signal(job, key, timeout), self._run)
+        return adrive(_await_signal(job, key, timeout), self._run)
 
     async def progress(self, job: Job, value: object) -> None:
         await self._run(proto.progress(job.id, job.lease, value))
 
     def fan_out(self, job: Job, children: Sequence[Mapping[str, Any]], then: Mapping[str, Any] | None,
                 name: str | None) -> Any:  # fmt: skip
-        return _adrive(_fan_out(job, children, then, name), self._run)
+        return adrive(_fan_out(job, children, then, name), self._run)
 
     def parent_results(self, job: Job) -> Any:
         return self._run(proto.parent_results(job.id))
