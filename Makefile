@@ -8,9 +8,11 @@
 #   make demo      a throwaway PostgreSQL, 1,000 jobs, 4 workers, a live view
 #   make docs      the documentation site, warnings as errors, into docs/_build/html
 #   make chaos     the full chaos runs: chaos.py's (200,000 jobs, 8 workers, faults injected),
-#                  then chaos-limits'
+#                  then chaos-limits', then chaos-durable's
 #   make chaos-limits  the flow-control chaos run: 50,000 jobs on limited queues and a 1-second
 #                  schedule, 8 workers, faults injected (tests/chaos/chaos_limits.py --full)
+#   make chaos-durable  the durable-execution chaos run: 4,000 jobs of steps, durable sleeps and
+#                  signals, 4 workers, faults injected (tests/chaos/chaos_durable.py --full)
 #   make chaos-net  workers on three test hosts (network namespaces: needs root) while the network
 #                  fails: a host cut off, latency, packet loss, half-open connections
 #                  (tests/chaos/chaos_net.py --full)
@@ -69,7 +71,7 @@ VENV_PYTHON ?= python3
 VENV        := .venv
 PY          := $(VENV)/bin/python
 
-.PHONY: build deps venv check test demo docs dist lint fresh-check chaos chaos-limits chaos-net chaos-failover bench bench-node bench-quick bench-profile bench-instructions bench-scaling bench-upgrade
+.PHONY: build deps venv check test demo docs dist lint fresh-check chaos chaos-limits chaos-durable chaos-net chaos-failover bench bench-node bench-quick bench-profile bench-instructions bench-scaling bench-upgrade
 
 build: $(SCRIPT)
 
@@ -136,9 +138,13 @@ CHAOS := PYTHONPATH=tests $(PY) -m
 chaos: deps venv
 	$(CHAOS) chaos.chaos --full
 	$(CHAOS) chaos.chaos_limits --full
+	$(CHAOS) chaos.chaos_durable --full
 
 chaos-limits: deps venv
 	$(CHAOS) chaos.chaos_limits --full
+
+chaos-durable: deps venv
+	$(CHAOS) chaos.chaos_durable --full
 
 chaos-net: deps venv
 	$(CHAOS) chaos.chaos_net --full

@@ -9,6 +9,9 @@ test here runs:
   others build on;
 - ``chaos_limits``: the same faults on limited queues and a 1-second schedule (``make chaos-limits``;
   test_chaos_limits.py);
+- ``chaos_durable``: the same faults on durable jobs (steps with side effects counted outside the
+  database, sleeps, signals), and zombies refused a step (``make chaos-durable``; test_chaos_durable.py,
+  and chaos_durable_handlers.py for its handler);
 - ``netns`` and ``delay_line``: test hosts made of network namespaces, with nftables faults and a delay
   line of TUN devices; ``chaos_net``: the network chaos run on them (``make chaos-net``; test_chaos_net.py);
 - ``failover``: a primary, a streaming standby and a failover under load (``make chaos-failover``;
