@@ -22,7 +22,7 @@ Python) unless said otherwise:
    each path on jobq.jobs, and ``EXPLAIN (ANALYZE, BUFFERS)`` of the claims
    (auto_explain for the statements inside ``jobq.claim``).
 3. Single-row enqueue: ``jobq.enqueue`` (no worker waiting, and with one
-   registered as waiting by ``jobq.wait``, so that every enqueue notifies),
+   registered as waiting by ``jobq.register_waiter``, so that every enqueue notifies),
    the article's INSERT into its table, a plain INSERT into ``jobq.jobs``.
 4. 100,000 rows in one statement: ``jobq.enqueue_many`` with the payloads
    built by the server, the same rows by a plain ``INSERT ... SELECT`` into
@@ -352,7 +352,7 @@ def details(summary: str, text: str) -> list[str]:
 
 def has_wait(server: ThrowawayPostgres) -> bool:
     with psycopg.connect(server.dsn(PGJOBQ_DB), autocommit=True) as conn:
-        row = conn.execute("SELECT to_regproc('jobq.wait') IS NOT NULL").fetchone()
+        row = conn.execute("SELECT to_regproc('jobq.register_waiter') IS NOT NULL").fetchone()
     return bool(row and row[0])
 
 
@@ -361,10 +361,10 @@ def waiting(server: ThrowawayPostgres, on: bool) -> None:
     with psycopg.connect(server.dsn(PGJOBQ_DB), autocommit=True) as conn:
         if on:
             row = conn.execute(
-                "SELECT registered FROM jobq.wait(%s, 'profile', '1 hour')", (QUEUE,)
+                "SELECT registered FROM jobq.register_waiter(%s, 'profile', '1 hour')", (QUEUE,)
             ).fetchone()
             if not (row and row[0]):
-                raise RuntimeError("jobq.wait did not register the waiter")
+                raise RuntimeError("jobq.register_waiter did not register the waiter")
         else:
             conn.execute("DELETE FROM jobq._waiters")
 
@@ -570,10 +570,11 @@ def main(argv: list[str] | None = None) -> None:
         section(
             "3. Single-row enqueue",
             f"pgbench, {CLIENTS} clients, {ENQUEUE_SECONDS} s per run, `'{{}}'` payloads, from an empty "
-            "table. *A worker waiting*: one registration by `jobq.wait(queue, worker, '1 hour')` before the "
-            "run that no one takes back (no one listens either), so every enqueue of the run notifies: the "
-            "worst case, a worker that stays registered while the enqueues come. A notifying commit takes a "
-            "cluster-wide lock and holds it through its WAL flush, so such commits cannot share one flush. "
+            "table. *A worker waiting*: one registration by `jobq.register_waiter(queue, worker, '1 hour')` "
+            "before the run that no one takes back (no one listens either), so every enqueue of the run "
+            "notifies: the worst case, a worker that stays registered while the enqueues come. A notifying "
+            "commit takes a cluster-wide lock and holds it through its WAL flush, so such commits cannot "
+            "share one flush. "
             "The plain INSERT into jobq.jobs has the table's defaults, indexes and checks, without the "
             "function.",
             [table(header, rows)],

@@ -837,8 +837,8 @@ def _enqueue_section(r: Results) -> list[str]:
             "Each statement is its own transaction (autocommit); durable commits. The single-row clients "
             "run with no consumer, and again with one idle consumer started beside them, so that both "
             "sides carry one: for pgjobq a pgjobq Worker (zero-work handler, batch 10) that registered "
-            "as waiting (`jobq.wait`) before the clients started, so enqueues notify it whenever it "
-            "waits; for the article's table the article's own worker loop (batch 10, 0.5 s sleep when "
+            "as waiting (`jobq.register_waiter`) before the clients started, so enqueues notify it whenever "
+            "it waits; for the article's table the article's own worker loop (batch 10, 0.5 s sleep when "
             "empty). The consumer's jobs are not "
             "counted; it shares the machine's CPUs with the clients. The bulk calls start from the same "
             "payloads as Python dicts, each dumped to JSON in the timed section: pgjobq.enqueue_many sends "
@@ -858,8 +858,8 @@ def _enqueue_section(r: Results) -> list[str]:
             out += [
                 "",
                 f"In {len(unregistered)} of the runs with an idle pgjobq Worker, the Worker had not "
-                "registered as waiting (`jobq.wait`) within a second of its start: those enqueues had no "
-                "waiter to notify.",
+                "registered as waiting (`jobq.register_waiter`) within a second of its start: those enqueues "
+                "had no waiter to notify.",
             ]
     loads: dict[str, list[float]] = defaultdict(list)
     sizes: dict[str, int] = {}
