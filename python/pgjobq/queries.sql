@@ -121,10 +121,6 @@ SELECT jobq.hand_back(%(id)s, %(lease)s, delay => %(delay)s::interval, error => 
 -- one recorded, when the step was recorded before)
 SELECT jobq.checkpoint(%(id)s, %(lease)s, %(step)s, %(result)s::jsonb)
 
--- name: steps
--- what a job recorded, for its worker (extension 0.11.0)
-SELECT name, kind, result FROM jobq.steps(%(id)s)
-
 -- name: sleep
 -- a durable sleep of delay from now, or of what the first call recorded:
 -- whether it is over (extension 0.11.0)
@@ -173,7 +169,8 @@ SELECT jobq.signal(%(key)s::text, %(payload)s::jsonb, %(keep)s::interval)
 SELECT jobq.unhold(%(ids)s::bigint[])
 
 -- name: job_steps
--- a job's steps, oldest first, for the client's steps() (the worker's statement is steps)
+-- a job's steps, oldest first: for the client's steps(), and for a durable job's worker (its first three
+-- columns)
 SELECT name, kind, result, attempt, recorded_at FROM jobq.steps(%(id)s)
 
 -- name: heartbeat

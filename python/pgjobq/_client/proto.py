@@ -1089,7 +1089,7 @@ def _steps(rows: list[tuple[Any, ...]]) -> dict[str, tuple[str, Any]]:
 
 def steps(job_id: int) -> Call[dict[str, tuple[str, Any]]]:
     """What job_id recorded: each name's kind (step, sleep, signal) and result."""
-    return Call("steps", {"id": _bigint("id", job_id)}, _steps, json=True)
+    return Call("job_steps", {"id": _bigint("id", job_id)}, _steps, json=True)
 
 
 def sleep(job_id: int, lease: int, step: str, delay: timedelta) -> Call[bool]:

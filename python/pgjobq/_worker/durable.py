@@ -180,7 +180,7 @@ class AsyncDurable:
 
 def _needs_0_11(call: Call[Any]) -> IncompatibleExtension:
     """The error of a durable call on a database whose extension predates them (0.10.0)."""
-    what = {"checkpoint": "job.step", "steps": "job.step", "await_signal": "job.await_signal",
+    what = {"checkpoint": "job.step", "job_steps": "job.step", "await_signal": "job.await_signal",
             "progress": "job.progress", "fan_out": "job.fan_out",
             "parent_results": "job.parent_results"}.get(call.name, "job.sleep")  # fmt: skip
     return IncompatibleExtension(
